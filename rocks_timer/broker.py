@@ -1,0 +1,312 @@
+"""``Broker``: the facade a Python program uses (DESIGN §11).
+
+It owns the data directory (an exclusive lock file), the MessageStore (CommitLog + ConsumeQueues),
+the configured timer engine with its deliverer, and the legacy level service. ``tick()`` runs one
+synchronous step of every service at the clock's time; ``start()`` runs them on background
+threads until ``stop()``/``close()``.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from rocks_timer.clock import Clock, SystemClock
+from rocks_timer.config import BrokerConfig
+from rocks_timer.errors import ConfigError, EngineNotAvailableError, StoreClosedError, StoreLockedError
+from rocks_timer.message import Message
+from rocks_timer.message_store import MessageStore
+from rocks_timer.routing import route
+from rocks_timer.timer.deliverer import Deliverer
+from rocks_timer.timer.store import PendingEntry, ScanPage, TimerRecord, TimerStore
+
+log = logging.getLogger(__name__)
+_RETENTION_EVERY_MS = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """What ``send`` returns. ``handle`` is None for messages stored at once and level messages
+    (RocketMQ gives recall handles to timer messages only)."""
+
+    msg_id: str
+    handle: str | None
+    deliver_at_ms: int
+    topic: str
+    queue_id: int
+    route: str  # "immediate", "level" or the timer engine's name
+
+
+def _open_timer_store(root: Path, config: BrokerConfig, messages: MessageStore) -> TimerStore:
+    if config.timer_engine == "memory":
+        from rocks_timer.timer.memory import MemoryTimerStore
+        return MemoryTimerStore()
+    if config.timer_engine == "rocksdb":
+        from rocks_timer.timer.rocks import RocksTimerStore
+        return RocksTimerStore.open(root / "timer-rocksdb", config)
+    try:
+        from rocks_timer.timer.wheel import WheelTimerStore
+    except ImportError as exc:
+        raise EngineNotAvailableError(f"timer engine 'wheel' is not available: {exc}") from None
+    return WheelTimerStore.open(root / "wheel", messages, config)
+
+
+def _open_level_service(root: Path, config: BrokerConfig, messages: MessageStore, clock: Clock):
+    try:
+        from legacy_levels import ScheduleMessageService
+    except ImportError as exc:
+        log.warning("legacy delay levels are not available: %s", exc)
+        return None
+    service = ScheduleMessageService(root, messages, config, clock)
+    service.load()
+    return service
+
+
+class Broker:
+    """One data directory, one process: send, scan, cancel, pull, stats, tick/start/stop."""
+
+    def __init__(self, path: Path | str, config: BrokerConfig | None = None,
+                 clock: Clock | None = None):
+        self.path = Path(path)
+        self.config = (config or BrokerConfig()).validate()
+        self.clock = clock or SystemClock()
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = self._lock_data_dir()
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
+        self._tick_lock = threading.Lock()
+        self._last_retention_ms = 0
+        self.sent = {"immediate": 0, "level": 0, "timer": 0}
+        self.cancelled = 0
+        try:
+            self._check_engine_marker()
+            self.messages = MessageStore.open(self.path, self.config, self.clock)
+            self.timer = _open_timer_store(self.path, self.config, self.messages)
+            self.deliverer = Deliverer(self.timer, self.messages, self.config, self.clock)
+            self.deliverer.reconcile()
+            self.levels = _open_level_service(self.path, self.config, self.messages, self.clock)
+        except BaseException:
+            self._release()
+            raise
+
+    @classmethod
+    def open(cls, path: Path | str, config: BrokerConfig | None = None,
+             clock: Clock | None = None) -> "Broker":
+        return cls(path, config, clock)
+
+    # -- data dir ---------------------------------------------------------------------------
+    def _lock_data_dir(self) -> int:
+        fd = os.open(self.path / "broker.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise StoreLockedError(f"data dir {self.path} is in use by pid {holder}; stop it or "
+                                   "talk to it (rtimer commands do)") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
+
+    def _check_engine_marker(self) -> None:
+        marker = self.path / "config" / "engine.json"
+        marker.parent.mkdir(exist_ok=True)
+        if marker.exists():
+            stored = json.loads(marker.read_text()).get("timer_engine")
+            if stored != self.config.timer_engine and not (
+                    stored == "memory" or self.config.timer_engine == "memory"):
+                raise ConfigError(f"data dir {self.path} was created with timer_engine={stored!r}"
+                                  f"; it cannot be opened with {self.config.timer_engine!r} "
+                                  "(its pending messages would be stranded)")
+            if stored != "memory":
+                return
+        tmp = marker.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"timer_engine": self.config.timer_engine}))
+        os.replace(tmp, marker)
+
+    def _release(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"broker on {self.path} is closed")
+
+    # -- send -------------------------------------------------------------------------------
+    def send(self, message: Message, *, delay_level: int | None = None, delay_ms: int | None = None,
+             deliver_at_ms: int | None = None, deliver_at: dt.datetime | None = None
+             ) -> SendResult:
+        """Store one message: at once, on a delay level, or in the timer engine (DESIGN §4)."""
+        return self.send_batch([message], delay_level=delay_level, delay_ms=delay_ms,
+                               deliver_at_ms=deliver_at_ms, deliver_at=deliver_at)[0]
+
+    def send_batch(self, messages: Sequence[Message], **schedule: Any) -> list[SendResult]:
+        """Validate every message first (nothing is stored if one is bad), then store: timer
+        messages in one atomic batch of the engine, the others through one group commit."""
+        self._check_open()
+        now_ms = self.clock.now_ms()
+        routes = [route(m, now_ms=now_ms, config=self.config, **schedule) for m in messages]
+        if any(r.kind == "level" for r in routes) and self.levels is None:
+            raise EngineNotAvailableError("delay levels are not available in this build")
+        results: list[SendResult | None] = [None] * len(routes)
+        timers = [(i, r) for i, r in enumerate(routes) if r.kind == "timer"]
+        if timers:
+            scheduled = self.timer.schedule(
+                [TimerRecord(r.due_ms, r.message) for _, r in timers], now_ms)
+            for (i, r), s in zip(timers, scheduled):
+                results[i] = SendResult(r.message.msg_id, s.handle, r.due_ms, r.message.topic,
+                                        r.message.queue_id or 0, self.timer.name)
+            self.sent["timer"] += len(timers)
+        direct = [(i, r) for i, r in enumerate(routes) if r.kind != "timer"]
+        futures = [(i, r, self.messages.put_message_async(r.message)) for i, r in direct]
+        for i, r, future in futures:
+            put = self.messages.wait(future)
+            due = put.store_ms + (r.due_ms - now_ms) if r.kind == "level" else put.store_ms
+            topic = r.message.properties.get("REAL_TOPIC", r.message.topic)
+            queue_id = int(r.message.properties.get("REAL_QID", put.queue_id))
+            results[i] = SendResult(put.msg_id, None, due, topic, queue_id, r.kind)
+            self.sent[r.kind] += 1
+        return results  # type: ignore[return-value]
+
+    # -- timer queries ------------------------------------------------------------------------
+    def scan(self, from_ms: int | None = None, to_ms: int | None = None, topic: str | None = None,
+             limit: int = 100, after: str | None = None) -> ScanPage:
+        """Pending timer messages in due order; ``after`` resumes from a page's ``next_after``."""
+        self._check_open()
+        if limit < 0:
+            raise ValueError(f"limit={limit} must be >= 0")
+        return self.timer.scan(from_ms=from_ms, to_ms=to_ms, topic=topic, limit=limit, after=after)
+
+    def cancel(self, handle: str) -> bool:
+        """True only if the message will never be delivered (see the engine's promise)."""
+        self._check_open()
+        cancelled = self.timer.cancel(handle, self.clock.now_ms())
+        self.cancelled += bool(cancelled)
+        return cancelled
+
+    def pull(self, topic: str, queue_id: int = 0, offset: int = 0, max_messages: int = 32
+             ) -> list[Message]:
+        """Delivered messages of ``topic``/``queue_id`` from ``offset`` (empty if none yet)."""
+        self._check_open()
+        return self.messages.pull(topic, queue_id, offset, max_messages)
+
+    def max_offset(self, topic: str, queue_id: int = 0) -> int:
+        cq = self.messages.consume_queue(topic, queue_id)
+        return cq.max_offset if cq else 0
+
+    # -- services -----------------------------------------------------------------------------
+    def tick(self, now_ms: int | None = None) -> int:
+        """One synchronous step of every service at ``now_ms`` (default: the clock's time).
+        Returns how many messages reached their real topic."""
+        self._check_open()
+        now = self.clock.now_ms() if now_ms is None else now_ms
+        with self._tick_lock:
+            delivered = self._timer_step(now)
+            if self.levels is not None:
+                delivered += self.levels.tick(now)
+            self._housekeeping(now)
+        return delivered
+
+    def _timer_step(self, now_ms: int, wait: bool = True) -> int:
+        self.timer.maintain(now_ms)
+        return self.deliverer.step(now_ms, wait_for_puts=wait)
+
+    def _housekeeping(self, now_ms: int) -> None:
+        if now_ms - self._last_retention_ms >= _RETENTION_EVERY_MS:
+            self._last_retention_ms = now_ms
+            self.messages.delete_expired(now_ms)
+
+    def start(self) -> "Broker":
+        """Run the services on background threads (the timer loop every timer_precision_ms)."""
+        self._check_open()
+        if self._threads:
+            return self
+        self._stopping.clear()
+        self._threads = [threading.Thread(target=self._timer_loop, name="timer-deliverer",
+                                          daemon=True)]
+        for thread in self._threads:
+            thread.start()
+        if self.levels is not None:
+            self.levels.start()
+        return self
+
+    def _timer_loop(self) -> None:
+        interval_s = self.config.timer_precision_ms / 1000
+        while not self._stopping.is_set():
+            try:
+                now = self.clock.now_ms()
+                with self._tick_lock:
+                    busy = self._timer_step(now)
+                    self._housekeeping(now)
+            except Exception:  # noqa: BLE001 - a service loop never dies; it logs and goes on
+                log.exception("timer loop step failed")
+                busy = 0
+            if not busy or self.deliverer.in_flight == 0:
+                self._stopping.wait(interval_s)
+
+    def stop(self) -> None:
+        """Stop the background services (pending messages stay stored)."""
+        self._stopping.set()
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+        if self.levels is not None:
+            self.levels.stop()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.stop()
+        self._closed = True
+        try:
+            if self.levels is not None:
+                self.levels.close()
+            self.timer.close()
+            self.messages.close()
+        finally:
+            self._release()
+
+    def __enter__(self) -> "Broker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- stats --------------------------------------------------------------------------------
+    def stats(self) -> dict[str, Any]:
+        self._check_open()
+        now = self.clock.now_ms()
+        timer = self.timer.stats().as_dict()
+        first = self.timer.scan(limit=1)
+        lag_ms = max(0, now - first[0].deliver_at_ms) if first else 0
+        return {
+            "engine": self.timer.name,
+            "now_ms": now,
+            "pending": timer["pending"],
+            "sent": dict(self.sent),
+            "delivered": self.deliverer.delivered,
+            "cancelled": self.cancelled,
+            "in_flight": self.deliverer.in_flight,
+            "failed_puts": self.deliverer.failed_puts,
+            "lag_ms": lag_ms,
+            "timer": timer,
+            "commitlog": self.messages.stats(),
+            "levels": self.levels.stats() if self.levels is not None else None,
+        }
+
+
+def pending_entry_dict(entry: PendingEntry) -> dict[str, Any]:
+    return {"deliver_at_ms": entry.deliver_at_ms, "topic": entry.topic, "msg_id": entry.msg_id,
+            "handle": entry.handle, "size": entry.size, "queue_id": entry.queue_id,
+            "tags": entry.tags}
+
+
+__all__ = ["Broker", "SendResult", "pending_entry_dict"]

@@ -1,0 +1,227 @@
+"""ConsumeQueues: per (topic, queue) index of the CommitLog, 20-byte entries.
+
+    +----------------------+---------+-------------+
+    | commitlog offset 8   | size 4  | tags code 8 |      entry n lives at byte 20 * n
+    +----------------------+---------+-------------+
+
+Files hold ``entries_per_file`` entries and are named by the 20-digit byte position of their first
+entry, in ``consumequeue/<topic>/<queue_id>/``. A queue is an index only: it is rebuilt from the
+CommitLog where it lags (see ``MessageStore``).
+"""
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+ENTRY = struct.Struct(">qiq")
+ENTRY_SIZE = ENTRY.size  # 20
+
+
+@dataclass(frozen=True, slots=True)
+class CQEntry:
+    queue_offset: int
+    commitlog_offset: int
+    size: int
+    tags_code: int
+
+
+class ConsumeQueue:
+    """One (topic, queue): append-only entries, random reads by queue offset."""
+
+    def __init__(self, directory: Path, topic: str, queue_id: int, entries_per_file: int):
+        self.directory = directory
+        self.topic = topic
+        self.queue_id = queue_id
+        self._file_bytes = entries_per_file * ENTRY_SIZE
+        self._lock = threading.Lock()
+        self._files: dict[int, int] = {}  # first byte position -> fd
+        self._min_offset = 0
+        self._max_offset = 0
+        self.bytes_written = 0
+        directory.mkdir(parents=True, exist_ok=True)
+        self._load()
+
+    # -- state ---------------------------------------------------------------------------
+    def _load(self) -> None:
+        starts = sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
+        for start in starts:
+            self._files[start] = os.open(self.directory / f"{start:020d}", os.O_RDWR)
+        if starts:
+            last = starts[-1]
+            length = os.fstat(self._files[last]).st_size
+            whole = length - length % ENTRY_SIZE
+            if whole != length:  # torn entry: drop it
+                os.ftruncate(self._files[last], whole)
+            self._min_offset = starts[0] // ENTRY_SIZE
+            self._max_offset = (last + whole) // ENTRY_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        return self._min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """The next queue offset to write (the entry count, counting expired ones)."""
+        return self._max_offset
+
+    # -- writes (one writer: the CommitLog's dispatch) --------------------------------------
+    def append(self, entries: list[tuple[int, int, int]], first_queue_offset: int) -> None:
+        """Append entries whose first one has ``first_queue_offset`` (must be max_offset, or any
+        offset when the queue is empty: an index rebuilt after its head expired)."""
+        with self._lock:
+            if first_queue_offset != self._max_offset:
+                if self._max_offset != self._min_offset:
+                    raise ValueError(f"{self.topic}/{self.queue_id}: append at {first_queue_offset},"
+                                     f" expected {self._max_offset}")
+                self._reset_empty(first_queue_offset)
+            for start, here, data in self._chunks(entries, self._max_offset * ENTRY_SIZE):
+                os.pwrite(self._fd_for(start), data, here - start)
+                self.bytes_written += len(data)
+            self._max_offset += len(entries)
+
+    def _chunks(self, entries, position):
+        """Encoded entries split at file boundaries: (file start, absolute position, bytes)."""
+        data = b"".join(ENTRY.pack(*entry) for entry in entries)
+        done = 0
+        while done < len(data):
+            here = position + done
+            start = here - here % self._file_bytes
+            n = min(len(data) - done, start + self._file_bytes - here)
+            yield start, here, data[done:done + n]
+            done += n
+
+    def _fd_for(self, start: int) -> int:
+        fd = self._files.get(start)
+        if fd is None:
+            fd = os.open(self.directory / f"{start:020d}", os.O_RDWR | os.O_CREAT, 0o644)
+            self._files[start] = fd
+        return fd
+
+    def _reset_empty(self, queue_offset: int) -> None:
+        for fd in self._files.values():
+            os.close(fd)
+        for p in self.directory.iterdir():
+            if p.name.isdigit():
+                p.unlink()
+        self._files.clear()
+        self._min_offset = self._max_offset = queue_offset
+        start = queue_offset * ENTRY_SIZE
+        file_start = start - start % self._file_bytes
+        fd = self._fd_for(file_start)
+        os.ftruncate(fd, start - file_start)
+
+    def truncate(self, queue_offset: int) -> None:
+        """Drop entries at ``queue_offset`` and after (they point past a truncated CommitLog)."""
+        with self._lock:
+            if queue_offset >= self._max_offset:
+                return
+            position = max(queue_offset, self._min_offset) * ENTRY_SIZE
+            for start in sorted(self._files, reverse=True):
+                if start > position:
+                    os.close(self._files.pop(start))
+                    (self.directory / f"{start:020d}").unlink()
+                else:
+                    os.ftruncate(self._files[start], position - start)
+                    break
+            self._max_offset = max(queue_offset, self._min_offset)
+
+    # -- reads -------------------------------------------------------------------------------
+    def entries(self, offset: int, max_entries: int) -> list[CQEntry]:
+        with self._lock:
+            offset = max(offset, self._min_offset)
+            end = min(self._max_offset, offset + max(0, max_entries))
+            files = dict(self._files)
+        result: list[CQEntry] = []
+        while offset < end:
+            position = offset * ENTRY_SIZE
+            start = position - position % self._file_bytes
+            fd = files.get(start)
+            if fd is None:
+                break
+            count = min(end - offset, (start + self._file_bytes - position) // ENTRY_SIZE)
+            data = os.pread(fd, count * ENTRY_SIZE, position - start)
+            for i, fields in enumerate(ENTRY.iter_unpack(data[: len(data) - len(data) % 20])):
+                result.append(CQEntry(offset + i, *fields))
+            if len(data) < count * ENTRY_SIZE:
+                break
+            offset += count
+        return result
+
+    def get(self, offset: int) -> CQEntry | None:
+        found = self.entries(offset, 1)
+        return found[0] if found and found[0].queue_offset == offset else None
+
+    def last_entry(self) -> CQEntry | None:
+        return self.get(self._max_offset - 1) if self._max_offset > self._min_offset else None
+
+    # -- maintenance -------------------------------------------------------------------------
+    def delete_expired(self, commitlog_min_offset: int) -> int:
+        """Delete whole files whose entries all point below the CommitLog's minimum offset."""
+        removed = 0
+        with self._lock:
+            starts = sorted(self._files)
+            for start in starts[:-1]:
+                last_byte = start + self._file_bytes - ENTRY_SIZE
+                data = os.pread(self._files[start], ENTRY_SIZE, last_byte - start)
+                if len(data) < ENTRY_SIZE or ENTRY.unpack(data)[0] >= commitlog_min_offset:
+                    break
+                os.close(self._files.pop(start))
+                (self.directory / f"{start:020d}").unlink()
+                removed += 1
+            if self._files:
+                self._min_offset = max(self._min_offset, min(self._files) // ENTRY_SIZE)
+        return removed
+
+    def flush(self) -> None:
+        with self._lock:
+            for fd in self._files.values():
+                os.fsync(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._files.values():
+                os.close(fd)
+            self._files.clear()
+
+
+class ConsumeQueueSet:
+    """All ConsumeQueues under ``<root>/consumequeue``."""
+
+    def __init__(self, root: Path, entries_per_file: int):
+        self.root = root
+        self._entries_per_file = entries_per_file
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+        root.mkdir(parents=True, exist_ok=True)
+        for topic_dir in sorted(root.iterdir()):
+            for queue_dir in sorted(topic_dir.iterdir()) if topic_dir.is_dir() else ():
+                if queue_dir.name.isdigit():
+                    self.get_or_create(topic_dir.name, int(queue_dir.name))
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            with self._lock:
+                queue = self._queues.get((topic, queue_id))
+                if queue is None:
+                    queue = ConsumeQueue(self.root / topic / str(queue_id), topic, queue_id,
+                                         self._entries_per_file)
+                    self._queues[(topic, queue_id)] = queue
+        return queue
+
+    def all(self) -> list[ConsumeQueue]:
+        return list(self._queues.values())
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(q.bytes_written for q in self.all())
+
+    def close(self) -> None:
+        for queue in self.all():
+            queue.close()

@@ -1,0 +1,200 @@
+"""The message model, RocketMQ property names, the property string codec and message ids.
+
+Properties travel as RocketMQ's string form ``name\\x01value\\x02`` per entry. ``TAGS``, ``KEYS``
+and ``UNIQ_KEY`` live in the property map like in RocketMQ; ``Message.tags``, ``.keys`` and
+``.msg_id`` are the same values as attributes.
+"""
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Iterable, Mapping
+
+from rocks_timer.errors import InvalidMessageError
+
+# --- property names (RocketMQ's) -------------------------------------------------------------
+TAGS = "TAGS"
+KEYS = "KEYS"
+UNIQ_KEY = "UNIQ_KEY"
+DELAY = "DELAY"
+TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+TIMER_DELAY_MS = "TIMER_DELAY_MS"
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+TIMER_OUT_MS = "TIMER_OUT_MS"
+TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
+TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+
+TIMER_PROPERTIES = (TIMER_DELAY_SEC, TIMER_DELAY_MS, TIMER_DELIVER_MS)
+BROKER_OWNED_PROPERTIES = frozenset(
+    {REAL_TOPIC, REAL_QID, TIMER_OUT_MS, TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS, TIMER_ROLL_TIMES,
+     TIMER_DEL_UNIQKEY}
+)
+
+# --- topics ------------------------------------------------------------------------------------
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+WHEEL_TIMER_TOPIC = "rmq_sys_wheel_timer"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic == SCHEDULE_TOPIC or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+# --- property string codec -----------------------------------------------------------------------
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+
+def encode_properties(properties: Mapping[str, str]) -> bytes:
+    """``name\\x01value\\x02`` per entry (the last one included), UTF-8."""
+    parts = []
+    for name, value in properties.items():
+        parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
+    return "".join(parts).encode("utf-8")
+
+
+def decode_properties(data: bytes | str) -> dict[str, str]:
+    """Inverse of :func:`encode_properties`; entries with an empty name or value are skipped."""
+    text = data.decode("utf-8") if isinstance(data, (bytes, bytearray, memoryview)) else data
+    result: dict[str, str] = {}
+    for entry in text.split(PROPERTY_SEPARATOR):
+        name, sep, value = entry.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            result[name] = value
+    return result
+
+
+# --- message ids -------------------------------------------------------------------------------
+class MessageIdGenerator:
+    """RocketMQ-style client message ids (``UNIQ_KEY``): 32 upper-case hex characters.
+
+    Layout (16 bytes): host prefix (4) + pid (2) + random per-generator salt (4)
+    + ms since the start of the month (4) + counter (2). Unique per sender.
+    """
+
+    def __init__(self) -> None:
+        prefix = random.SystemRandom().getrandbits(32).to_bytes(4, "big")
+        salt = random.SystemRandom().getrandbits(32).to_bytes(4, "big")
+        self._prefix = prefix + (os.getpid() & 0xFFFF).to_bytes(2, "big") + salt
+        self._lock = threading.Lock()
+        self._counter = 0
+        self._last_ms = -1
+
+    def next_id(self) -> str:
+        with self._lock:
+            now = time.time()
+            lt = time.gmtime(now)
+            month_start = time.mktime((lt.tm_year, lt.tm_mon, 1, 0, 0, 0, 0, 0, 0)) - time.timezone
+            ms = max(int((now - month_start) * 1000) & 0xFFFFFFFF, self._last_ms)
+            self._counter = (self._counter + 1) & 0xFFFF
+            if self._counter == 0:  # wrapped within one ms: move to the next ms
+                ms = (ms + 1) & 0xFFFFFFFF
+            self._last_ms = ms
+            tail = ms.to_bytes(4, "big") + self._counter.to_bytes(2, "big")
+        return (self._prefix + tail).hex().upper()
+
+
+_ids = MessageIdGenerator()
+
+
+def new_msg_id() -> str:
+    return _ids.next_id()
+
+
+def msg_id_bytes(msg_id: str) -> bytes:
+    """The 16 raw bytes of a 32-hex message id."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except (ValueError, TypeError):
+        raw = b""
+    if len(raw) != 16:
+        raise InvalidMessageError(f"message id {msg_id!r} is not 32 hexadecimal characters")
+    return raw
+
+
+# --- the message -----------------------------------------------------------------------------
+def _normalise_keys(keys: str | Iterable[str] | None) -> tuple[str, ...]:
+    if keys is None:
+        return ()
+    if isinstance(keys, str):
+        return tuple(k for k in keys.split(" ") if k)
+    return tuple(keys)
+
+
+@dataclass(frozen=True)
+class Message:
+    """A RocketMQ message. ``properties`` is the whole property map (TAGS, KEYS, UNIQ_KEY included).
+
+    Stored fields (``queue_id`` ... ``store_ms``) are set by the broker; ``queue_id`` given on send
+    picks the destination queue (default 0).
+    """
+
+    topic: str
+    body: bytes = b""
+    tags: str | None = None
+    keys: tuple[str, ...] = ()
+    flag: int = 0
+    properties: Mapping[str, str] = field(default_factory=dict)
+    msg_id: str | None = None
+    queue_id: int | None = None
+    queue_offset: int | None = None
+    commitlog_offset: int | None = None
+    born_ms: int | None = None
+    store_ms: int | None = None
+    reconsume_times: int = 0
+
+    def __post_init__(self) -> None:
+        props = dict(self.properties)
+        for name, value in props.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise InvalidMessageError(
+                    f"property {name!r}={value!r}: names and values must be strings"
+                )
+        if isinstance(self.body, (bytearray, memoryview)):
+            object.__setattr__(self, "body", bytes(self.body))
+        elif isinstance(self.body, str):
+            object.__setattr__(self, "body", self.body.encode("utf-8"))
+        elif not isinstance(self.body, bytes):
+            raise InvalidMessageError(f"body must be bytes, got {type(self.body).__name__}")
+        tags = self.tags if self.tags is not None else props.get(TAGS)
+        keys = _normalise_keys(self.keys) or _normalise_keys(props.get(KEYS))
+        msg_id = self.msg_id if self.msg_id is not None else props.get(UNIQ_KEY)
+        if tags:
+            props[TAGS] = tags
+        if keys:
+            props[KEYS] = " ".join(keys)
+        if msg_id:
+            msg_id = msg_id.upper()
+            props[UNIQ_KEY] = msg_id
+        object.__setattr__(self, "tags", tags or None)
+        object.__setattr__(self, "keys", keys)
+        object.__setattr__(self, "msg_id", msg_id or None)
+        object.__setattr__(self, "properties", MappingProxyType(props))
+
+    def with_properties(self, set_: Mapping[str, str] | None = None,
+                        remove: Iterable[str] = ()) -> "Message":
+        props = dict(self.properties)
+        for name in remove:
+            props.pop(name, None)
+        props.update(set_ or {})
+        return replace(self, properties=props)
+
+    def get_property(self, name: str, default: str | None = None) -> str | None:
+        return self.properties.get(name, default)
+
+    @property
+    def encoded_properties(self) -> bytes:
+        return encode_properties(self.properties)
+
+    @property
+    def payload_size(self) -> int:
+        """body + properties + topic bytes: the payload unit of write amplification (DESIGN §13)."""
+        return len(self.body) + len(self.encoded_properties) + len(self.topic.encode("utf-8"))

@@ -1,0 +1,338 @@
+"""``MessageStore``: the CommitLog and its ConsumeQueues behind one group-commit writer.
+
+``put_message_async`` queues a message and returns a future. One writer thread drains the queue
+in groups: it assigns queue and CommitLog offsets, encodes the group into one buffer per segment,
+writes it with one call (one fdatasync per group in sync-flush mode), appends the ConsumeQueue
+entries, and only then resolves the futures, so a resolved put is readable through ``pull``.
+
+On open the CommitLog's torn tail is truncated, ConsumeQueue entries that point past it are
+dropped, and every queue that lags the CommitLog is rebuilt from it.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import struct
+import threading
+from collections import defaultdict
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from rocks_timer.clock import Clock
+from rocks_timer.commitlog import CommitLog
+from rocks_timer.config import BrokerConfig
+from rocks_timer.consumequeue import ConsumeQueue, ConsumeQueueSet
+from rocks_timer.delay_levels import DelayLevelTable
+from rocks_timer.errors import (CorruptRecordError, InvalidMessageError, PutFailedError,
+                                RocksTimerError, StoreClosedError)
+from rocks_timer.message import DELAY, SCHEDULE_TOPIC, Message, encode_properties, new_msg_id
+from rocks_timer.record import (HEADER_SIZE, MAX_STORED_PROPERTIES, decode_record, encode_record,
+                                java_string_hash, record_size)
+
+log = logging.getLogger(__name__)
+_GROUP_MAX_MESSAGES = 4096
+_GROUP_MAX_BYTES = 8 << 20
+_QUEUE_FIELDS = struct.Struct(">iiq")  # queueId, flag, queueOffset at byte 12
+_BODY_LEN = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    msg_id: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commitlog_offset: int
+    size: int
+    store_ms: int
+
+
+def tags_code(topic: str, properties, store_ms: int, levels: DelayLevelTable) -> int:
+    """ConsumeQueue tags code: the deliver time for a level message, else hash(TAGS) or 0."""
+    if topic == SCHEDULE_TOPIC and DELAY in properties:
+        try:
+            level = levels.clamp(int(properties[DELAY]))
+        except ValueError:
+            level = 0
+        if level > 0:
+            return store_ms + levels.delay_ms(level)
+    tags = properties.get("TAGS")
+    return java_string_hash(tags) if tags else 0
+
+
+class MessageStore:
+    """CommitLog + ConsumeQueues with group commit; the only writer of both."""
+
+    def __init__(self, root: Path, config: BrokerConfig, clock: Clock):
+        self.root = Path(root)
+        self.config = config
+        self.clock = clock
+        self._levels = config.delay_levels
+        self.commitlog = CommitLog(self.root / "commitlog", config.commitlog_segment_size,
+                                   sync_flush=config.flush_disk_type == "sync")
+        self.queues = ConsumeQueueSet(self.root / "consumequeue",
+                                      config.consume_queue_entries_per_file)
+        self._bytes_by_topic: dict[str, int] = defaultdict(int)
+        self.corrupt_reads = 0
+        self.groups_written = 0
+        self.messages_written = 0
+        self._recover()
+        self._next_queue_offset = {(q.topic, q.queue_id): q.max_offset for q in self.queues.all()}
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._closed = False
+        self._writer = threading.Thread(target=self._writer_loop, name="commitlog-writer",
+                                        daemon=True)
+        self._writer.start()
+
+    @classmethod
+    def open(cls, root: Path | str, config: BrokerConfig, clock: Clock) -> "MessageStore":
+        return cls(Path(root), config, clock)
+
+    # -- recovery -------------------------------------------------------------------------
+    def _recover(self) -> None:
+        end = self.commitlog.max_offset
+        for cq in self.queues.all():
+            self._drop_entries_past(cq, end)
+        pending: dict[tuple[str, int], tuple[int, list]] = {}
+        segments = {s.start: s for s in self.commitlog.segments()}
+        rebuilt = skipped = 0
+        for raw in self.commitlog.iter_raw(self.commitlog.min_offset):
+            data = raw.data
+            queue_id, _flag, queue_offset = _QUEUE_FIELDS.unpack_from(data, 12)
+            store_ms = struct.unpack_from(">q", data, 56)[0]
+            segment = segments.get(raw.offset - raw.offset % self.config.commitlog_segment_size)
+            if segment is not None:
+                segment.last_store_ms = store_ms
+            (body_len,) = _BODY_LEN.unpack_from(data, HEADER_SIZE)
+            topic_at = HEADER_SIZE + 4 + body_len
+            topic = data[topic_at + 1:topic_at + 1 + data[topic_at]].decode("utf-8", "replace")
+            key = (topic, queue_id)
+            cq = self.queues.get_or_create(topic, queue_id)
+            first, entries = pending.setdefault(key, (cq.max_offset, []))
+            expected = first + len(entries)
+            if queue_offset < expected:
+                continue  # already indexed
+            if queue_offset > expected:
+                if entries or cq.max_offset != cq.min_offset:
+                    log.error("recovery: %s/%d has a hole at queue offset %d (commitlog %d)",
+                              topic, queue_id, expected, raw.offset)
+                    skipped += 1
+                    continue
+                pending[key] = (queue_offset, entries)  # the queue's head expired: start there
+            try:
+                msg = decode_record(data, raw.offset)
+            except CorruptRecordError as exc:
+                log.error("recovery: skipping a corrupt record: %s", exc)
+                skipped += 1
+                continue
+            entries.append((raw.offset, len(data),
+                            tags_code(topic, msg.properties, store_ms, self._levels)))
+            rebuilt += 1
+            if len(entries) >= 4096:
+                self.queues.get_or_create(*key).append(entries, pending.pop(key)[0])
+        for key, (first, entries) in pending.items():
+            if entries:
+                self.queues.get_or_create(*key).append(entries, first)
+        if rebuilt or skipped:
+            log.info("recovery: rebuilt %d consume queue entries, skipped %d", rebuilt, skipped)
+        self.rebuilt_entries = rebuilt
+
+    @staticmethod
+    def _drop_entries_past(cq: ConsumeQueue, end: int) -> None:
+        low, high = cq.min_offset, cq.max_offset
+        while low < high:  # first entry whose record is at or past the end
+            mid = (low + high) // 2
+            entry = cq.get(mid)
+            if entry is None or entry.commitlog_offset >= end:
+                high = mid
+            else:
+                low = mid + 1
+        cq.truncate(low)
+
+    # -- puts -----------------------------------------------------------------------------
+    def put_message_async(self, msg: Message) -> "Future[PutResult]":
+        future: Future = Future()
+        if self._closed:
+            raise StoreClosedError("the message store is closed")
+        self._check(msg)
+        if msg.msg_id is None:
+            msg = msg.with_properties({"UNIQ_KEY": new_msg_id()})
+        self._inbox.put((msg, future))
+        return future
+
+    def put_message(self, msg: Message, timeout: float | None = 30.0) -> PutResult:
+        return self.wait(self.put_message_async(msg), timeout)
+
+    def put_messages(self, messages: list[Message], timeout: float | None = 30.0
+                     ) -> list[PutResult]:
+        futures = [self.put_message_async(m) for m in messages]
+        return [self.wait(f, timeout) for f in futures]
+
+    @staticmethod
+    def wait(future: "Future[PutResult]", timeout: float | None = 30.0) -> PutResult:
+        try:
+            return future.result(timeout)
+        except RocksTimerError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - anything else is a failed put
+            raise PutFailedError(f"commitlog put failed: {exc}") from exc
+
+    def _check(self, msg: Message) -> None:
+        if len(msg.body) > self.config.max_message_size:
+            raise InvalidMessageError(f"body of {len(msg.body)} bytes exceeds max_message_size "
+                                      f"{self.config.max_message_size}")
+        if len(msg.encoded_properties) > MAX_STORED_PROPERTIES:
+            raise InvalidMessageError(f"properties of {len(msg.encoded_properties)} bytes exceed "
+                                      f"the limit of {MAX_STORED_PROPERTIES} bytes")
+
+    def _writer_loop(self) -> None:
+        while True:
+            item = self._inbox.get()
+            if item is None:
+                return
+            group = [item]
+            size = len(item[0].body)
+            while len(group) < _GROUP_MAX_MESSAGES and size < _GROUP_MAX_BYTES:
+                try:
+                    nxt = self._inbox.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._write_group(group)
+                    return
+                group.append(nxt)
+                size += len(nxt[0].body)
+            self._write_group(group)
+
+    def _write_group(self, group: list[tuple[Message, Future]]) -> None:
+        live = [(m, f) for m, f in group if f.set_running_or_notify_cancel()]
+        try:
+            results = self._append(live)
+        except Exception as exc:  # noqa: BLE001 - fail the group, keep the writer alive
+            log.error("commitlog write of %d messages failed: %s", len(live), exc)
+            for _, future in live:
+                future.set_exception(PutFailedError(f"commitlog write failed: {exc}"))
+            return
+        for (_, future), result in zip(live, results):
+            future.set_result(result)
+
+    def _append(self, group: list[tuple[Message, Future]]) -> list[PutResult]:
+        store_ms = self.clock.now_ms()
+        next_offsets = dict(self._next_queue_offset)
+        chunk, chunk_start, results = bytearray(), 0, []
+        dispatch: dict[tuple[str, int], list] = defaultdict(list)
+        first_offsets: dict[tuple[str, int], int] = {}
+        topic_bytes: dict[str, int] = defaultdict(int)
+        for msg, _ in group:
+            queue_id = msg.queue_id or 0
+            key = (msg.topic, queue_id)
+            if key not in next_offsets:
+                next_offsets[key] = self.queues.get_or_create(*key).max_offset
+            queue_offset = next_offsets[key]
+            size = record_size(len(msg.body), len(msg.topic.encode()),
+                               len(encode_properties(msg.properties)))
+            if chunk and not self.commitlog.fits(chunk_start + len(chunk), size):
+                self.commitlog.write(chunk_start, bytes(chunk), store_ms)
+                chunk = bytearray()
+            if not chunk:
+                chunk_start = self.commitlog.position_for(size)
+            position = chunk_start + len(chunk)
+            chunk += encode_record(msg, queue_id=queue_id, queue_offset=queue_offset,
+                                   physical_offset=position, store_ms=store_ms,
+                                   born_ms=msg.born_ms if msg.born_ms is not None else store_ms)
+            next_offsets[key] = queue_offset + 1
+            first_offsets.setdefault(key, queue_offset)
+            dispatch[key].append((position, size,
+                                  tags_code(msg.topic, msg.properties, store_ms, self._levels)))
+            topic_bytes[msg.topic] += size
+            results.append(PutResult(msg.msg_id, msg.topic, queue_id, queue_offset, position,
+                                     size, store_ms))
+        if chunk:
+            self.commitlog.write(chunk_start, bytes(chunk), store_ms)
+        self._next_queue_offset = next_offsets
+        for key, entries in dispatch.items():
+            self.queues.get_or_create(*key).append(entries, first_offsets[key])
+        for topic, n in topic_bytes.items():
+            self._bytes_by_topic[topic] += n
+        self.groups_written += 1
+        self.messages_written += len(results)
+        return results
+
+    # -- reads ----------------------------------------------------------------------------
+    def get_message(self, commitlog_offset: int, size: int | None = None) -> Message:
+        return decode_record(self.commitlog.read(commitlog_offset, size), commitlog_offset)
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.queues.get(topic, queue_id)
+
+    def pull(self, topic: str, queue_id: int = 0, offset: int = 0, max_messages: int = 32
+             ) -> list[Message]:
+        cq = self.queues.get(topic, queue_id)
+        if cq is None or max_messages <= 0:
+            return []
+        messages = []
+        for entry in cq.entries(offset, max_messages):
+            try:
+                messages.append(self.get_message(entry.commitlog_offset, entry.size))
+            except KeyError:
+                continue  # expired with its segment
+            except CorruptRecordError as exc:
+                self.corrupt_reads += 1
+                log.error("pull %s/%d offset %d: %s", topic, queue_id, entry.queue_offset, exc)
+        return messages
+
+    def iter_messages(self, from_offset: int = 0) -> Iterator[Message]:
+        for raw in self.commitlog.iter_raw(from_offset):
+            try:
+                yield decode_record(raw.data, raw.offset)
+            except CorruptRecordError as exc:
+                self.corrupt_reads += 1
+                log.error("commitlog scan: %s", exc)
+
+    @property
+    def min_offset(self) -> int:
+        return self.commitlog.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.commitlog.max_offset
+
+    def bytes_written_by_topic(self) -> dict[str, int]:
+        return dict(self._bytes_by_topic)
+
+    # -- maintenance ----------------------------------------------------------------------
+    def delete_expired(self, now_ms: int) -> int:
+        """Retention: drop CommitLog segments older than file_reserved_hours, then their index."""
+        removed = self.commitlog.delete_expired(now_ms, self.config.file_reserved_hours * 3_600_000)
+        if removed:
+            floor = self.commitlog.min_offset
+            for cq in self.queues.all():
+                cq.delete_expired(floor)
+        return removed
+
+    def stats(self) -> dict:
+        return {"min_offset": self.min_offset, "max_offset": self.max_offset,
+                "segments": len(self.commitlog.segments()),
+                "commitlog_bytes": self.commitlog.bytes_written,
+                "consumequeue_bytes": self.queues.bytes_written,
+                "bytes_by_topic": self.bytes_written_by_topic(),
+                "messages_written": self.messages_written, "groups_written": self.groups_written,
+                "corrupt_reads": self.corrupt_reads,
+                "truncated_bytes": self.commitlog.truncated_bytes}
+
+    def flush(self) -> None:
+        self.commitlog.flush()
+        for cq in self.queues.all():
+            cq.flush()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._inbox.put(None)
+        self._writer.join()
+        self.flush()
+        self.commitlog.close()
+        self.queues.close()

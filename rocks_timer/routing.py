@@ -1,0 +1,160 @@
+"""Validation and routing of a send: the one place that decides where a message goes (DESIGN §4).
+
+1. ``DELAY`` > 0 wins: TIMER_* dropped, level clamped, stored on SCHEDULE_TOPIC_XXXX queue level-1.
+2. Otherwise the due time D comes from TIMER_DELAY_SEC, then TIMER_DELAY_MS, then TIMER_DELIVER_MS.
+3. D <= now: stored on the real topic at once.
+4. D - now > the max delay: ``DelayOutOfRangeError``; exactly the maximum is accepted.
+5. Otherwise the timer engine parks it until D.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from rocks_timer.config import BrokerConfig
+from rocks_timer.errors import DelayOutOfRangeError, InvalidMessageError
+from rocks_timer.message import (BROKER_OWNED_PROPERTIES, DELAY, NAME_VALUE_SEPARATOR,
+                                 PROPERTY_SEPARATOR, REAL_QID, REAL_TOPIC, SCHEDULE_TOPIC,
+                                 TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS,
+                                 TIMER_PROPERTIES, Message, encode_properties, is_system_topic,
+                                 new_msg_id)
+from rocks_timer.record import MAX_PROPERTIES_SIZE
+from rocks_timer.timer.handles import TOPIC_PATTERN
+
+_MSG_ID = re.compile(r"^[0-9A-F]{32}$")
+RouteKind = Literal["immediate", "level", "timer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a validated message goes. ``message`` is what gets stored (for a level message,
+    the SCHEDULE_TOPIC_XXXX form); ``due_ms`` is when it becomes readable on its real topic."""
+
+    kind: RouteKind
+    message: Message
+    due_ms: int
+    level: int = 0
+
+
+def validate_topic(topic: object) -> str:
+    if not isinstance(topic, str) or not TOPIC_PATTERN.match(topic):
+        raise InvalidMessageError(
+            f"topic {topic!r} is invalid; it must match ^[%|a-zA-Z0-9_-]{{1,127}}$")
+    if is_system_topic(topic):
+        raise InvalidMessageError(f"topic {topic!r} is a system topic; producers may not send to it")
+    return topic
+
+
+def _validate(msg: Message, config: BrokerConfig) -> None:
+    if not isinstance(msg, Message):
+        raise InvalidMessageError(f"send takes a rocks_timer.Message, got {type(msg).__name__}")
+    validate_topic(msg.topic)
+    if len(msg.body) > config.max_message_size:
+        raise InvalidMessageError(f"body of {len(msg.body)} bytes exceeds max_message_size "
+                                  f"{config.max_message_size}")
+    owned = sorted(BROKER_OWNED_PROPERTIES & set(msg.properties))
+    if owned:
+        raise InvalidMessageError(f"properties {', '.join(owned)} are set by the broker; a "
+                                  "producer may not set them")
+    for name, value in msg.properties.items():
+        if not name or any(c in name + value for c in (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)):
+            raise InvalidMessageError(f"property {name!r}={value!r} is empty or contains a "
+                                      "separator character (\\x01 or \\x02)")
+    if msg.msg_id is not None and not _MSG_ID.match(msg.msg_id):
+        raise InvalidMessageError(f"msg_id {msg.msg_id!r} is not 32 hexadecimal characters")
+    if msg.queue_id is not None and not (isinstance(msg.queue_id, int) and
+                                         0 <= msg.queue_id < 1024):
+        raise InvalidMessageError(f"queue_id {msg.queue_id!r} is outside 0..1023")
+    if not 0 <= msg.flag < 1 << 31:
+        raise InvalidMessageError(f"flag {msg.flag!r} is outside 0..2147483647")
+
+
+def _integer(name: str, value: object) -> int:
+    if isinstance(value, bool):
+        raise InvalidMessageError(f"{name}={value!r} is not an integer")
+    if isinstance(value, int):
+        return value
+    text = str(value).strip()
+    if not re.fullmatch(r"[+-]?\d{1,19}", text):
+        raise InvalidMessageError(f"{name}={value!r} is not an integer")
+    return int(text)
+
+
+def scheduling_properties(delay_level: int | None = None, delay_ms: int | None = None,
+                          deliver_at_ms: int | None = None,
+                          deliver_at: dt.datetime | None = None) -> dict[str, str]:
+    """The RocketMQ properties the keyword arguments stand for; two at once is an error."""
+    given = {k: v for k, v in (("delay_level", delay_level), ("delay_ms", delay_ms),
+                               ("deliver_at_ms", deliver_at_ms), ("deliver_at", deliver_at))
+             if v is not None}
+    if len(given) > 1:
+        raise InvalidMessageError(f"give at most one of delay_level, delay_ms, deliver_at_ms, "
+                                  f"deliver_at; got {', '.join(given)}")
+    if delay_level is not None:
+        return {DELAY: str(_integer("delay_level", delay_level))}
+    if delay_ms is not None:
+        return {TIMER_DELAY_MS: str(_integer("delay_ms", delay_ms))}
+    if deliver_at_ms is not None:
+        return {TIMER_DELIVER_MS: str(_integer("deliver_at_ms", deliver_at_ms))}
+    if deliver_at is not None:
+        if not isinstance(deliver_at, dt.datetime) or deliver_at.tzinfo is None:
+            raise InvalidMessageError(f"deliver_at={deliver_at!r} must be a timezone-aware datetime")
+        return {TIMER_DELIVER_MS: str(int(deliver_at.timestamp() * 1000))}
+    return {}
+
+
+def route(msg: Message, *, now_ms: int, config: BrokerConfig, delay_level: int | None = None,
+          delay_ms: int | None = None, deliver_at_ms: int | None = None,
+          deliver_at: dt.datetime | None = None) -> Route:
+    """Validate ``msg`` and decide where it goes. Raises from the error tree; stores nothing."""
+    _validate(msg, config)
+    extra = scheduling_properties(delay_level, delay_ms, deliver_at_ms, deliver_at)
+    if extra:
+        present = sorted((set(TIMER_PROPERTIES) | {DELAY}) & set(msg.properties))
+        if present:
+            raise InvalidMessageError(f"the message already carries {', '.join(present)}; give "
+                                      "the schedule either as properties or as an argument")
+        msg = msg.with_properties(extra)
+    if msg.msg_id is None:
+        msg = msg.with_properties({"UNIQ_KEY": new_msg_id()})
+    if msg.born_ms is None:
+        msg = replace(msg, born_ms=now_ms)
+    props = msg.properties
+
+    level = _integer(DELAY, props[DELAY]) if DELAY in props else 0
+    if level > 0:
+        levels = config.delay_levels
+        level = levels.clamp(level)
+        real_qid = msg.queue_id or 0
+        parked = msg.with_properties(
+            {DELAY: str(level), REAL_TOPIC: msg.topic, REAL_QID: str(real_qid)},
+            remove=TIMER_PROPERTIES)
+        parked = replace(parked, topic=SCHEDULE_TOPIC, queue_id=levels.queue_id(level))
+        _check_properties_size(parked)
+        return Route("level", parked, now_ms + levels.delay_ms(level), level)
+
+    due_ms = None
+    for name, base in ((TIMER_DELAY_SEC, 1000), (TIMER_DELAY_MS, 1), (TIMER_DELIVER_MS, 0)):
+        if name in props:
+            value = _integer(name, props[name])
+            candidate = now_ms + value * base if base else value
+            due_ms = candidate if due_ms is None else due_ms
+    _check_properties_size(msg)
+    if due_ms is None or due_ms <= now_ms:
+        return Route("immediate", msg, now_ms)
+    if due_ms - now_ms > config.max_delay_ms:
+        raise DelayOutOfRangeError(
+            f"due time {due_ms} is {due_ms - now_ms} ms ahead; the maximum is "
+            f"{config.max_delay_ms} ms (timer_max_delay_sec={config.timer_max_delay_sec})")
+    if TIMER_DELIVER_MS not in props:
+        msg = msg.with_properties({TIMER_DELIVER_MS: str(due_ms)})
+    return Route("timer", msg, due_ms)
+
+
+def _check_properties_size(msg: Message) -> None:
+    size = len(encode_properties(msg.properties))
+    if size > MAX_PROPERTIES_SIZE:
+        raise InvalidMessageError(f"properties of {size} bytes exceed the limit of "
+                                  f"{MAX_PROPERTIES_SIZE} bytes")

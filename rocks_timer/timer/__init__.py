@@ -1,0 +1,1 @@
+"""Timer engines: the ``TimerStore`` protocol, its implementations and the deliverer."""

@@ -1,0 +1,170 @@
+"""The deliverer: moves due records from a ``TimerStore`` into the CommitLog.
+
+Each ``step(now_ms)`` harvests finished puts, completes the ones that landed (the store deletes
+their keys and advances its cursor in one atomic write), re-issues failed puts whose backoff has
+passed (100 ms steps up to ``timer_put_retry_max_backoff_ms``; a failed record stays in flight
+so the cursor never passes it), and claims new due records up to the budget and the in-flight
+limit, issuing asynchronous puts. It knows nothing of RocksDB or of the wheel's files.
+
+Every delivered copy carries ``TIMER_OUT_MS`` (its key's due time) and ``TIMER_DEQUEUE_MS``;
+``reconcile()`` uses the first to drop keys whose delivery landed just before a crash.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from concurrent.futures import Future, wait
+from dataclasses import dataclass
+
+from rocks_timer.clock import Clock
+from rocks_timer.config import BrokerConfig
+from rocks_timer.errors import RocksTimerError
+from rocks_timer.message import TIMER_DEQUEUE_MS, TIMER_OUT_MS, UNIQ_KEY, is_system_topic
+from rocks_timer.message_store import MessageStore
+from rocks_timer.timer.store import DueRecord, TimerKey, TimerStore
+
+log = logging.getLogger(__name__)
+_RECONCILE_CHUNK = 10_000
+
+
+@dataclass(slots=True)
+class _Put:
+    record: DueRecord
+    future: Future | None
+    attempts: int = 1
+    retry_at_ms: int = 0
+
+
+class Deliverer:
+    """Due records → CommitLog, with bounded in-flight puts and retries that never drop."""
+
+    def __init__(self, store: TimerStore, messages: MessageStore, config: BrokerConfig,
+                 clock: Clock):
+        self.store = store
+        self.messages = messages
+        self.config = config
+        self.clock = clock
+        self._puts: deque[_Put] = deque()
+        self.delivered = 0
+        self.failed_puts = 0
+        self.last_lateness_ms = 0
+
+    # -- restart reconciliation ----------------------------------------------------------
+    def reconcile(self) -> int:
+        """Drop keys whose delivered copy is already in the CommitLog (crash after the put,
+        before the delete). Returns how many keys it dropped."""
+        start = self.store.reconcile_from()
+        end = self.messages.max_offset
+        if start is None:
+            self.store.reconcile([], end)  # first open: nothing before here was delivered
+            return 0
+        dropped, keys = 0, []
+        for msg in self.messages.iter_messages(start):
+            out = msg.properties.get(TIMER_OUT_MS)
+            if out is None or is_system_topic(msg.topic) or UNIQ_KEY not in msg.properties:
+                continue
+            try:
+                keys.append(TimerKey(int(out), msg.topic, msg.msg_id))
+            except ValueError:
+                continue
+            if len(keys) >= _RECONCILE_CHUNK:
+                dropped += self.store.reconcile(keys, msg.commitlog_offset)
+                keys = []
+        dropped += self.store.reconcile(keys, end)
+        if dropped:
+            log.warning("reconciled %d deliveries that landed before a crash", dropped)
+        return dropped
+
+    # -- one step --------------------------------------------------------------------------
+    @property
+    def in_flight(self) -> int:
+        return len(self._puts)
+
+    def step(self, now_ms: int, wait_for_puts: bool = True) -> int:
+        """One delivery step at ``now_ms``; returns how many deliveries it completed."""
+        done = self._harvest(now_ms)
+        self._retry(now_ms)
+        room = self.config.timer_max_in_flight - len(self._puts)
+        if room > 0:
+            records = self.store.claim_due(now_ms, min(room, self.config.timer_deliver_batch),
+                                           self.config.timer_deliver_max_bytes)
+            for record in records:
+                self._puts.append(_Put(record, self._issue(record, now_ms)))
+        if wait_for_puts and self._puts:
+            pending = [p.future for p in self._puts if p.future is not None]
+            wait(pending, timeout=30)
+            done += self._harvest(now_ms)
+        return done
+
+    def drain(self, now_ms: int, timeout_s: float = 30.0) -> int:
+        """Step until nothing due is left or in flight (used on stop and by tests)."""
+        total, deadline = 0, time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            n = self.step(now_ms)
+            total += n
+            if n == 0 and not self._puts:
+                break
+            if n == 0:
+                time.sleep(0.01)
+        return total
+
+    def _issue(self, record: DueRecord, now_ms: int) -> Future | None:
+        props = {TIMER_OUT_MS: str(record.key.due_ms)}
+        if TIMER_DEQUEUE_MS not in record.message.properties:
+            props[TIMER_DEQUEUE_MS] = str(now_ms)
+        try:
+            return self.messages.put_message_async(record.message.with_properties(props))
+        except RocksTimerError as exc:
+            log.error("deliver %s: put refused: %s", record.handle, exc)
+            return None
+
+    def _harvest(self, now_ms: int) -> int:
+        """Complete the landed puts at the head of the issue order.
+
+        Puts reach the writer in issue order, so stopping at the first unfinished one keeps
+        every completed delivery before every landed-but-unharvested one: ``end`` (the
+        reconcile offset) never passes a delivery whose key is still in the store.
+        """
+        landed: list[DueRecord] = []
+        end = None
+        for put in self._puts:
+            if put.future is None:
+                continue  # waiting for its retry: nothing of it is in flight
+            if not put.future.done():
+                break
+            exc = put.future.exception()
+            if exc is None:
+                result = put.future.result()
+                landed.append(put.record)
+                end = max(end or 0, result.commitlog_offset + result.size)
+                self.last_lateness_ms = now_ms - put.record.key.due_ms
+            else:
+                self.failed_puts += 1
+                backoff = min(100 * put.attempts, self.config.timer_put_retry_max_backoff_ms)
+                log.warning("deliver %s failed (attempt %d), retry in %d ms: %s",
+                            put.record.handle, put.attempts, backoff, exc)
+                put.future, put.retry_at_ms = None, now_ms + backoff
+                put.attempts += 1
+        if landed:
+            self.store.complete(landed, end)
+            tokens = {id(r) for r in landed}
+            self._puts = deque(p for p in self._puts if id(p.record) not in tokens)
+            self.delivered += len(landed)
+        return len(landed)
+
+    def _retry(self, now_ms: int) -> None:
+        """Re-issue failed puts whose backoff has passed, moving them to the back of the issue
+        order (see ``_harvest``)."""
+        due = [p for p in self._puts if p.future is None and p.retry_at_ms <= now_ms]
+        if not due:
+            return
+        self._puts = deque(p for p in self._puts if not (p.future is None
+                                                         and p.retry_at_ms <= now_ms))
+        for put in due:
+            put.future = self._issue(put.record, now_ms)
+            if put.future is None:
+                put.retry_at_ms = now_ms + min(100 * put.attempts,
+                                               self.config.timer_put_retry_max_backoff_ms)
+                put.attempts += 1
+            self._puts.append(put)

@@ -1,0 +1,54 @@
+"""Cancel handles: an opaque, URL-safe string naming one scheduled message.
+
+A handle is ``base64url("v1 <topic> <due_ms> <msg_id>")`` without padding, the shape of RocketMQ's
+recall handle (minus the broker name). ``due_ms`` is the due time of the engine's key: for the
+RocksDB engine the (possibly clamped) key time; for the wheel TIMER_OUT_MS + 1, as RocketMQ does.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+
+from rocks_timer.errors import InvalidHandleError
+
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+_MSG_ID = re.compile(r"^[0-9A-F]{32}$")
+VERSION = "v1"
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    topic: str
+    due_ms: int
+    msg_id: str
+
+    def encode(self) -> str:
+        text = f"{VERSION} {self.topic} {self.due_ms} {self.msg_id}"
+        return base64.urlsafe_b64encode(text.encode("ascii")).decode("ascii").rstrip("=")
+
+    @classmethod
+    def decode(cls, handle: str) -> "Handle":
+        if not isinstance(handle, str) or not handle or len(handle) > 400:
+            raise InvalidHandleError(f"handle {handle!r} is not a rocks-timer handle")
+        try:
+            padded = handle + "=" * (-len(handle) % 4)
+            text = base64.urlsafe_b64decode(padded.encode("ascii")).decode("ascii")
+        except (binascii.Error, UnicodeError, ValueError):
+            raise InvalidHandleError(f"handle {handle!r} is not valid base64url") from None
+        parts = text.split(" ")
+        if len(parts) != 4 or parts[0] != VERSION:
+            raise InvalidHandleError(f"handle {handle!r} does not decode to 'v1 topic due_ms msg_id'")
+        _, topic, due_text, msg_id = parts
+        if not TOPIC_PATTERN.match(topic) or not due_text.isdigit() or not _MSG_ID.match(msg_id):
+            raise InvalidHandleError(f"handle {handle!r} has a malformed topic, due time or id")
+        return cls(topic, int(due_text), msg_id)
+
+
+def encode_handle(topic: str, due_ms: int, msg_id: str) -> str:
+    return Handle(topic, due_ms, msg_id).encode()
+
+
+def decode_handle(handle: str) -> Handle:
+    return Handle.decode(handle)

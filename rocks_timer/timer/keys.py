@@ -1,0 +1,95 @@
+"""The RocksDB key codec: the only module that builds or parses RocksDB keys.
+
+Timer keys (column family ``timer``)::
+
+    +----------------+-----------+----------------------+------------------+
+    | due_ms         | topic_len | topic                | msg id           |
+    | 8 B big-endian | 1 B       | topic_len B (UTF-8)  | 16 B raw         |
+    +----------------+-----------+----------------------+------------------+
+
+Byte order of two keys equals the order of the tuples
+``(due_ms, len(topic bytes), topic bytes, msg id bytes)``: due time first (big-endian unsigned
+integers compare like their byte strings), then shorter topics before longer ones, then topic
+bytes, then id bytes. In particular byte order is due-time order, which is all the deliverer
+relies on; the rest only makes the order total and deterministic.
+
+``due_prefix(due_ms)`` is the 8-byte bound for iterator seeks and upper bounds: every key due at
+``due_ms`` sorts at or after it, and every key due before ``due_ms`` sorts before it.
+
+Meta keys (column family ``meta``) are fixed ASCII names, listed here too so no other module
+spells a key.
+"""
+from __future__ import annotations
+
+import struct
+
+from rocks_timer.errors import CorruptRecordError, InvalidMessageError
+from rocks_timer.message import msg_id_bytes
+from rocks_timer.timer.store import TimerKey
+
+DUE = struct.Struct(">Q")
+DUE_SIZE = DUE.size  # 8
+MSG_ID_SIZE = 16
+MAX_TOPIC_BYTES = 255
+MAX_DUE_MS = (1 << 64) - 1
+# due (8) + topic length (1) + id (16); the topic bytes come on top
+FIXED_KEY_SIZE = DUE_SIZE + 1 + MSG_ID_SIZE
+KEY_LAYOUT_VERSION = 1
+
+# --- meta column family keys -------------------------------------------------------------------
+META_FORMAT_VERSION = b"format.version"
+META_KEY_LAYOUT = b"format.key_layout"
+META_VALUE_CODEC = b"format.value_codec"
+META_COMPACTION_STYLE = b"format.compaction_style"
+META_CURSOR = b"cursor"  # raw timer key: the smallest key not yet completed
+META_RECONCILE_OFFSET = b"reconcile.offset"  # u64: CommitLog offset reconciled up to
+META_PENDING = b"count.pending"  # u64: exact number of keys in ``timer``
+META_CORRUPT = b"count.corrupt"  # u64: values moved to the quarantine column family
+
+
+def encode_key(key: TimerKey) -> bytes:
+    """The timer key bytes of ``key``; InvalidMessageError for an unencodable topic, id or time."""
+    if not 0 <= key.due_ms <= MAX_DUE_MS:
+        raise InvalidMessageError(f"due time {key.due_ms} ms is outside 0..{MAX_DUE_MS}")
+    topic = key.topic.encode("utf-8")
+    if not 1 <= len(topic) <= MAX_TOPIC_BYTES:
+        raise InvalidMessageError(
+            f"topic {key.topic!r} is {len(topic)} bytes; a timer key holds 1..{MAX_TOPIC_BYTES}"
+        )
+    return b"".join((DUE.pack(key.due_ms), bytes((len(topic),)), topic, msg_id_bytes(key.msg_id)))
+
+
+def decode_key(raw: bytes) -> TimerKey:
+    """Inverse of :func:`encode_key`; CorruptRecordError (keeping ``raw``) on a bad length or topic."""
+    raw = bytes(raw)
+    if len(raw) < FIXED_KEY_SIZE + 1:
+        raise CorruptRecordError(f"timer key {raw.hex()} is {len(raw)} bytes, shorter than "
+                                 f"{FIXED_KEY_SIZE + 1}", where=raw.hex(), raw=raw)
+    topic_len = raw[DUE_SIZE]
+    if topic_len == 0 or len(raw) != FIXED_KEY_SIZE + topic_len:
+        raise CorruptRecordError(f"timer key {raw.hex()} is {len(raw)} bytes but its topic length "
+                                 f"byte says {FIXED_KEY_SIZE + topic_len}", where=raw.hex(), raw=raw)
+    try:
+        topic = raw[DUE_SIZE + 1:DUE_SIZE + 1 + topic_len].decode("utf-8")
+    except UnicodeDecodeError:
+        raise CorruptRecordError(f"timer key {raw.hex()} has a topic that is not UTF-8",
+                                 where=raw.hex(), raw=raw) from None
+    return TimerKey(DUE.unpack_from(raw)[0], topic, raw[-MSG_ID_SIZE:].hex().upper())
+
+
+def key_due_ms(raw: bytes) -> int:
+    """The due time of a timer key (or of any key at least 8 bytes long, such as a prefix)."""
+    return DUE.unpack_from(raw)[0]
+
+
+def due_prefix(due_ms: int) -> bytes:
+    """8-byte bound: keys due before ``due_ms`` sort below it, keys due at or after do not.
+
+    Times below 0 give ``b"\\x00" * 8``; times above the largest due give the largest prefix.
+    """
+    return DUE.pack(min(max(due_ms, 0), MAX_DUE_MS))
+
+
+def key_successor(raw: bytes) -> bytes:
+    """The smallest byte string sorting strictly after ``raw`` (seek here to skip ``raw``)."""
+    return bytes(raw) + b"\x00"

@@ -1,0 +1,137 @@
+"""``MemoryTimerStore``: the reference model of the ``TimerStore`` contract.
+
+Pending messages live in a dict keyed by the encoded timer key, with a heap of keys for due-order
+claims. Nothing is durable. Every other engine must deliver what this one delivers, given the same
+trace (the seeded trace test checks it).
+"""
+from __future__ import annotations
+
+import heapq
+import threading
+from typing import Iterable, Sequence
+
+from rocks_timer.errors import InvalidMessageError
+from rocks_timer.timer.handles import decode_handle, encode_handle
+from rocks_timer.timer.keys import decode_key, encode_key
+from rocks_timer.timer.store import (DueRecord, PendingEntry, ScanPage, Scheduled, StoreStats,
+                                     TimerKey, TimerRecord)
+
+
+class MemoryTimerStore:
+    """Pending messages in memory, delivered in key order, never early."""
+
+    name = "memory"
+    exactly_once = True
+
+    def __init__(self) -> None:
+        self._records: dict[bytes, TimerRecord] = {}
+        self._heap: list[bytes] = []
+        self._in_flight: set[bytes] = set()
+        self._low_watermark_ms = 0
+        self._lock = threading.Lock()
+        self.delivered = 0
+        self.cancelled = 0
+
+    def schedule(self, records: Sequence[TimerRecord], now_ms: int) -> list[Scheduled]:
+        result = []
+        with self._lock:
+            for record in records:
+                msg = record.message
+                if not msg.msg_id:
+                    raise InvalidMessageError("a timer message needs a msg_id")
+                due_ms = max(record.due_ms, self._low_watermark_ms)
+                raw = encode_key(TimerKey(due_ms, msg.topic, msg.msg_id))
+                if raw not in self._records:
+                    heapq.heappush(self._heap, raw)
+                self._records[raw] = TimerRecord(due_ms, msg)
+                result.append(Scheduled(encode_handle(msg.topic, due_ms, msg.msg_id), due_ms))
+        return result
+
+    def cancel(self, handle: str, now_ms: int) -> bool:
+        h = decode_handle(handle)
+        raw = encode_key(TimerKey(h.due_ms, h.topic, h.msg_id))
+        with self._lock:
+            if raw in self._in_flight or raw not in self._records:
+                return False
+            del self._records[raw]  # its heap entry is skipped lazily
+            self.cancelled += 1
+            return True
+
+    def scan(self, *, from_ms: int | None = None, to_ms: int | None = None,
+             topic: str | None = None, limit: int = 100, after: str | None = None) -> ScanPage:
+        with self._lock:
+            keys = sorted(self._records)
+            records = dict(self._records)
+        start = b""
+        if after is not None:
+            h = decode_handle(after)
+            start = encode_key(TimerKey(h.due_ms, h.topic, h.msg_id)) + b"\x00"
+        page = []
+        for raw in keys:
+            if raw < start:
+                continue
+            record = records[raw]
+            if from_ms is not None and record.due_ms < from_ms:
+                continue
+            if to_ms is not None and record.due_ms > to_ms:
+                break
+            if topic is not None and record.message.topic != topic:
+                continue
+            if len(page) == limit:
+                return ScanPage(page, next_after=page[-1].handle)
+            msg = record.message
+            page.append(PendingEntry(record.due_ms, msg.topic, msg.msg_id,
+                                     encode_handle(msg.topic, record.due_ms, msg.msg_id),
+                                     len(msg.body), msg.queue_id or 0, msg.tags))
+        return ScanPage(page, next_after=None)
+
+    def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> list[DueRecord]:
+        claimed: list[DueRecord] = []
+        taken_bytes = 0
+        with self._lock:
+            while self._heap and len(claimed) < max_messages and taken_bytes < max_bytes:
+                raw = self._heap[0]
+                record = self._records.get(raw)
+                if record is None or raw in self._in_flight:  # cancelled, or a stale duplicate
+                    heapq.heappop(self._heap)
+                    continue
+                if record.due_ms > now_ms:
+                    break
+                heapq.heappop(self._heap)
+                self._in_flight.add(raw)
+                self._low_watermark_ms = max(self._low_watermark_ms, record.due_ms + 1)
+                key = decode_key(raw)
+                claimed.append(DueRecord(key, record.message,
+                                         encode_handle(key.topic, key.due_ms, key.msg_id),
+                                         len(record.message.body), raw))
+                taken_bytes += len(record.message.body)
+        return claimed
+
+    def complete(self, records: Sequence[DueRecord], commitlog_end: int | None) -> None:
+        with self._lock:
+            for record in records:
+                self._in_flight.discard(record.token)
+                if self._records.pop(record.token, None) is not None:
+                    self.delivered += 1
+
+    def reconcile_from(self) -> int | None:
+        return None
+
+    def reconcile(self, keys: Iterable[TimerKey], commitlog_end: int) -> int:
+        return 0
+
+    def maintain(self, now_ms: int) -> None:
+        return None
+
+    def pending_count(self) -> int:
+        with self._lock:
+            return len(self._records)
+
+    def stats(self) -> StoreStats:
+        with self._lock:
+            return StoreStats("memory", len(self._records), {},
+                              {"in_flight": len(self._in_flight), "delivered": self.delivered,
+                               "cancelled": self.cancelled})
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,432 @@
+"""``RocksTimerStore``: the RocksDB timer engine (RIP-43 option B), on rocksdict in raw mode.
+
+Column families: ``timer`` (key = due + topic + msg id, value = the encoded message), ``meta``
+(format settings, persisted cursor, reconcile offset, exact counters) and ``corrupt`` (values
+that failed to decode, kept byte for byte under their key).
+
+Concurrency: one lock (``_lock``) covers every read-modify-write: the in-flight set, the claim
+cursor, the counters and each WriteBatch. Claims, cancels and schedules therefore see one order:
+a cancel that returns True happened before any claim of the key, and a schedule's clamp is
+decided against the same cursor the claim advances (rocksdict holds the GIL for writes and
+iteration anyway, so the lock costs no parallelism).
+
+Cursor: claims walk keys in order from the claim cursor (the successor of the last claimed key),
+so the claimed-key order is increasing and ``_in_flight`` (an insertion-ordered dict) is sorted.
+The persisted cursor is the smallest key not yet completed: the first in-flight key, else the
+claim cursor. No key ever lands below the claim cursor: ``schedule`` raises a key's due time to at
+least the low watermark (due of the claim cursor + 1). So every key below the cursor is gone for
+good, which makes ``delete_range`` below it safe and lets scans start there instead of
+wading through tombstones.
+
+Pending counter: exact, persisted in ``meta`` in the same WriteBatch as every change of the
+``timer`` column family (schedule checks which keys are new with one multi-get).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+
+from rocks_timer.config import BrokerConfig
+from rocks_timer.errors import (ConfigError, CorruptRecordError, InvalidHandleError,
+                                InvalidMessageError, StoreClosedError, StoreLockedError)
+from rocks_timer.timer import keys as K
+from rocks_timer.timer import rocks_maint, rocks_meta
+from rocks_timer.timer.handles import decode_handle, encode_handle
+from rocks_timer.timer.profiles import build_options, compaction_style
+from rocks_timer.timer.store import (DueRecord, PendingEntry, ScanPage, Scheduled, StoreStats,
+                                     TimerKey, TimerRecord)
+from rocks_timer.timer.values import decode_value, encode_value, peek_value
+
+log = logging.getLogger(__name__)
+
+TIMER_CF, META_CF, CORRUPT_CF = "timer", "meta", "corrupt"
+RECLAIM_AFTER_DELETES = 100_000
+SCAN_EXAMINE_MIN = 1_000
+_LOCK_MARKERS = ("lock hold by", "No locks available", "Resource temporarily unavailable",
+                 "While lock file")
+
+
+class RocksTimerStore:
+    """Owns one RocksDB directory holding pending timer messages, the delivery cursor, the
+    reconcile checkpoint and the quarantine of corrupt values."""
+
+    name = "rocksdb"
+    exactly_once = True
+
+    def __init__(self, path: Path, config: BrokerConfig, db: Rdict, db_options: Options,
+                 state: rocks_meta.StoredState, reclaim_after_deletes: int) -> None:
+        """Use :meth:`open`."""
+        self.path = path
+        self.config = config
+        self.profile = config.rocksdb_profile
+        self.reclaim_after_deletes = reclaim_after_deletes
+        self._db: Rdict | None = db
+        self._db_options = db_options  # owns the statistics tickers of this DB
+        self._timer = db.get_column_family(TIMER_CF)
+        self._meta = db.get_column_family(META_CF)
+        self._corrupt = db.get_column_family(CORRUPT_CF)
+        self._timer_h = db.get_column_family_handle(TIMER_CF)
+        self._meta_h = db.get_column_family_handle(META_CF)
+        self._corrupt_h = db.get_column_family_handle(CORRUPT_CF)
+        self._write_opts = WriteOptions()
+        self._write_opts.sync = config.rocksdb_sync
+        self._lock = threading.Lock()
+        self._maint_lock = threading.Lock()  # compaction runs outside _lock; close waits for it
+        self._closed = False
+        self._in_flight: dict[bytes, None] = {}
+        self._claim_cursor: bytes = state.cursor
+        self._pending = state.pending
+        self._corrupt_count = state.corrupt
+        self._reconcile_offset = state.reconcile_offset
+        self._deletes_since_reclaim = 0
+        self._reclaimed_below = b""
+        self._scan_corrupt_skipped = 0
+
+    # -- open / close -------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | Path, config: BrokerConfig, *,
+             reclaim_after_deletes: int = RECLAIM_AFTER_DELETES) -> "RocksTimerStore":
+        """Open (or create) the store at ``path``; ConfigError on a format mismatch or unknown
+        profile, StoreLockedError when another process or open store holds it."""
+        path = Path(path)
+        style = compaction_style(config.rocksdb_profile)  # ConfigError for an unknown profile
+        path.mkdir(parents=True, exist_ok=True)
+        db_options = build_options(config.rocksdb_profile)
+        families = {TIMER_CF: build_options(config.rocksdb_profile),
+                    META_CF: Options(raw_mode=True), CORRUPT_CF: Options(raw_mode=True)}
+        try:
+            db = Rdict(str(path), db_options, column_families=families)
+        except Exception as exc:  # rocksdict raises plain Exception for RocksDB status errors
+            text = str(exc)
+            if any(marker in text for marker in _LOCK_MARKERS):
+                raise StoreLockedError(
+                    f"timer store {path} is in use by another process or another open store "
+                    f"in this process (RocksDB: {text})") from None
+            raise ConfigError(f"cannot open timer store {path}: {text}") from None
+        try:
+            # read what is needed, then drop the handle: a handle kept alive by a traceback
+            # would hold the RocksDB LOCK after db.close()
+            meta = db.get_column_family(META_CF)
+            expected = rocks_meta.format_settings(style)
+            names = list(expected) + [K.META_CURSOR, K.META_PENDING, K.META_CORRUPT,
+                                      K.META_RECONCILE_OFFSET]
+            stored = dict(zip(names, (None if v is None else bytes(v) for v in meta.get(names))))
+            del meta
+            missing = rocks_meta.check_format(stored, expected, str(path))
+            state = rocks_meta.StoredState.parse(stored)
+            if missing:
+                meta_h = db.get_column_family_handle(META_CF)
+                batch = WriteBatch(raw_mode=True)
+                for name, value in missing.items():
+                    batch.put(name, value, meta_h)
+                del meta_h
+                db.write(batch)
+        except BaseException:
+            db.close()
+            raise
+        return cls(path, config, db, db_options, state, reclaim_after_deletes)
+
+    def close(self) -> None:
+        """Flush and release the DB (idempotent). Handles are dropped first: a live column
+        family handle or iterator would keep the RocksDB LOCK held after close."""
+        with self._maint_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            db = self._db
+            self._timer = self._meta = self._corrupt = None
+            self._timer_h = self._meta_h = self._corrupt_h = None
+            self._db = None
+            self._in_flight.clear()
+            db.close()
+            del db
+
+    def __enter__(self) -> "RocksTimerStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"timer store {self.path} is closed")
+
+    # -- cursor helpers (call with _lock held) ------------------------------------------------
+    def _low_watermark_ms(self) -> int:
+        """Smallest due time whose every key sorts at or after the claim cursor."""
+        cursor = self._claim_cursor
+        if not cursor:
+            return 0
+        due_ms = K.key_due_ms(cursor)
+        return due_ms if len(cursor) == K.DUE_SIZE else due_ms + 1
+
+    def _cursor(self, without: Iterable[bytes] = ()) -> bytes:
+        """Smallest key not yet completed, ignoring in-flight keys in ``without``."""
+        skip = without if isinstance(without, (set, frozenset, dict)) else set(without)
+        for key in self._in_flight:  # sorted: claims happen in increasing key order
+            if key not in skip:
+                return key
+        return self._claim_cursor
+
+    def _write(self, batch: WriteBatch) -> None:
+        self._db.write(batch, self._write_opts)
+
+    # -- TimerStore ---------------------------------------------------------------------------
+    def schedule(self, records: Sequence[TimerRecord], now_ms: int) -> list[Scheduled]:
+        prepared = []
+        threshold = self.config.timer_compress_threshold
+        for record in records:
+            message = record.message
+            if not message.msg_id:
+                raise InvalidMessageError(f"message to {message.topic!r} has no msg_id; the "
+                                          f"broker sets UNIQ_KEY before scheduling")
+            prepared.append((record.due_ms, message.topic, message.msg_id,
+                             encode_value(message, threshold)))
+        if not prepared:
+            return []
+        with self._lock:
+            self._check_open()
+            floor_ms = self._low_watermark_ms()
+            batch = WriteBatch(raw_mode=True)
+            raw_keys, result = [], []
+            for due_ms, topic, msg_id, value in prepared:
+                key_due_ms = max(due_ms, floor_ms)
+                raw = K.encode_key(TimerKey(key_due_ms, topic, msg_id))
+                raw_keys.append(raw)
+                batch.put(raw, value, self._timer_h)
+                result.append(Scheduled(encode_handle(topic, key_due_ms, msg_id), key_due_ms))
+            added = len(set(raw_keys))
+            for old in self._timer.get(list(dict.fromkeys(raw_keys))):
+                added -= old is not None
+            if added:
+                batch.put(K.META_PENDING, rocks_meta.pack_u64(self._pending + added), self._meta_h)
+            self._write(batch)
+            self._pending += added
+        return result
+
+    def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> list[DueRecord]:
+        claimed: list[DueRecord] = []
+        if max_messages <= 0:
+            return claimed
+        with self._lock:
+            self._check_open()
+            read_opts = ReadOptions()
+            read_opts.set_iterate_upper_bound(K.due_prefix(now_ms + 1))  # never early
+            corrupt: list[tuple[bytes, bytes, CorruptRecordError]] = []
+            used_bytes, last = 0, None
+            it = self._timer.iter(read_opts)
+            try:
+                it.seek(self._claim_cursor)
+                while it.valid() and len(claimed) + len(corrupt) < max_messages:
+                    raw = it.key()
+                    if raw in self._in_flight:
+                        it.next()
+                        continue
+                    value = it.value()
+                    if claimed and used_bytes + len(value) > max_bytes:
+                        break
+                    last = raw
+                    try:
+                        key = K.decode_key(raw)
+                        message = decode_value(raw, value)
+                    except CorruptRecordError as exc:
+                        corrupt.append((raw, value, exc))
+                    else:
+                        used_bytes += len(value)
+                        claimed.append(DueRecord(
+                            key=key, message=message, size=len(value), token=raw,
+                            handle=encode_handle(key.topic, key.due_ms, key.msg_id)))
+                    it.next()
+            finally:
+                del it
+            if corrupt:
+                self._quarantine(corrupt)
+            for record in claimed:
+                self._in_flight[record.token] = None
+            if last is not None:
+                self._claim_cursor = K.key_successor(last)
+        return claimed
+
+    def _quarantine(self, corrupt: list[tuple[bytes, bytes, CorruptRecordError]]) -> None:
+        """Move undecodable values to the ``corrupt`` family (one batch); never deliver them."""
+        batch = WriteBatch(raw_mode=True)
+        for raw, value, exc in corrupt:
+            batch.put(raw, value, self._corrupt_h)
+            batch.delete(raw, self._timer_h)
+            log.error("timer store %s: quarantined key %s (%d value bytes): %s",
+                      self.path, raw.hex(), len(value), exc)
+        pending = self._pending - len(corrupt)
+        count = self._corrupt_count + len(corrupt)
+        batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
+        batch.put(K.META_CORRUPT, rocks_meta.pack_u64(count), self._meta_h)
+        self._write(batch)
+        self._pending, self._corrupt_count = pending, count
+        self._deletes_since_reclaim += len(corrupt)
+
+    def complete(self, records: Sequence[DueRecord], commitlog_end: int | None) -> None:
+        with self._lock:
+            self._check_open()
+            done = {}
+            for record in records:
+                raw = record.token if isinstance(record.token, bytes) else K.encode_key(record.key)
+                if raw in self._in_flight:  # else reconciled already or never claimed here
+                    done[raw] = None
+            batch = WriteBatch(raw_mode=True)
+            for raw in done:
+                batch.delete(raw, self._timer_h)
+            pending = self._pending - len(done)
+            batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
+            batch.put(K.META_CURSOR, self._cursor(without=done), self._meta_h)
+            if commitlog_end is not None:
+                batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(commitlog_end),
+                          self._meta_h)
+            self._write(batch)
+            self._pending = pending
+            if commitlog_end is not None:
+                self._reconcile_offset = commitlog_end
+            for raw in done:
+                del self._in_flight[raw]
+            self._deletes_since_reclaim += len(done)
+
+    def cancel(self, handle: str, now_ms: int) -> bool:
+        parsed = decode_handle(handle)
+        try:
+            raw = K.encode_key(TimerKey(parsed.due_ms, parsed.topic, parsed.msg_id))
+        except InvalidMessageError as exc:
+            raise InvalidHandleError(f"handle {handle!r} names no possible key: {exc}") from None
+        with self._lock:
+            self._check_open()
+            if raw in self._in_flight or self._timer.get(raw) is None:
+                return False
+            batch = WriteBatch(raw_mode=True)
+            batch.delete(raw, self._timer_h)
+            batch.put(K.META_PENDING, rocks_meta.pack_u64(self._pending - 1), self._meta_h)
+            self._write(batch)
+            self._pending -= 1
+            self._deletes_since_reclaim += 1
+            return True
+
+    def scan(self, *, from_ms: int | None = None, to_ms: int | None = None,
+             topic: str | None = None, limit: int = 100, after: str | None = None) -> ScanPage:
+        """Pending entries (in-flight ones included until completed) in key order. Examines at
+        most max(1000, 10 x limit) keys; a page cut short that way still has ``next_after``."""
+        start = K.due_prefix(from_ms) if from_ms is not None else b""
+        if after is not None:
+            parsed = decode_handle(after)
+            try:
+                after_key = K.encode_key(TimerKey(parsed.due_ms, parsed.topic, parsed.msg_id))
+            except InvalidMessageError as exc:
+                raise InvalidHandleError(f"after={after!r} names no possible key: {exc}") from None
+            start = max(start, K.key_successor(after_key))
+        entries: list[PendingEntry] = []
+        if limit <= 0 or (to_ms is not None and to_ms < 0):
+            return ScanPage(entries, None)
+        examine_budget = max(SCAN_EXAMINE_MIN, 10 * limit)
+        resume: bytes | None = None  # key to resume after when the page is cut short
+        with self._lock:
+            self._check_open()
+            start = max(start, self._cursor())  # nothing pending below the cursor
+            read_opts = ReadOptions()
+            if to_ms is not None:
+                read_opts.set_iterate_upper_bound(K.due_prefix(to_ms + 1))
+            it = self._timer.iter(read_opts)
+            try:
+                it.seek(start)
+                last_examined = None
+                while it.valid():
+                    if examine_budget <= 0:
+                        resume = last_examined
+                        break
+                    examine_budget -= 1
+                    raw = it.key()
+                    try:
+                        key = K.decode_key(raw)
+                        last_examined = raw
+                        if topic is None or key.topic == topic:
+                            if len(entries) >= limit:  # one more match exists: page is full
+                                resume = K.encode_key(TimerKey(entries[-1].deliver_at_ms,
+                                                               entries[-1].topic,
+                                                               entries[-1].msg_id))
+                                break
+                            info = peek_value(raw, it.value())
+                            entries.append(PendingEntry(
+                                deliver_at_ms=key.due_ms, topic=key.topic, msg_id=key.msg_id,
+                                handle=encode_handle(key.topic, key.due_ms, key.msg_id),
+                                size=info.body_size, queue_id=info.queue_id, tags=info.tags))
+                    except CorruptRecordError as exc:  # claim_due quarantines it later
+                        self._scan_corrupt_skipped += 1
+                        log.warning("timer store %s: scan skipped corrupt entry: %s", self.path, exc)
+                    it.next()
+            finally:
+                del it
+        next_after = None
+        if resume is not None:
+            key = K.decode_key(resume)
+            next_after = encode_handle(key.topic, key.due_ms, key.msg_id)
+        return ScanPage(entries, next_after)
+
+    def reconcile_from(self) -> int | None:
+        """The CommitLog offset reconciled so far; None until the first complete/reconcile
+        recorded one (the deliverer then skips reconciliation)."""
+        with self._lock:
+            self._check_open()
+            return self._reconcile_offset
+
+    def reconcile(self, keys: Iterable[TimerKey], commitlog_end: int) -> int:
+        raws = list(dict.fromkeys(K.encode_key(key) for key in keys))
+        with self._lock:
+            self._check_open()
+            present = [raw for raw, old in zip(raws, self._timer.get(raws) if raws else [])
+                       if old is not None]
+            batch = WriteBatch(raw_mode=True)
+            for raw in present:
+                batch.delete(raw, self._timer_h)
+            pending = self._pending - len(present)
+            batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
+            batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(commitlog_end), self._meta_h)
+            self._write(batch)
+            self._pending = pending
+            self._reconcile_offset = commitlog_end
+            for raw in raws:
+                self._in_flight.pop(raw, None)
+            self._deletes_since_reclaim += len(present)
+            return len(present)
+
+    def pending_count(self) -> int:
+        with self._lock:
+            self._check_open()
+            return self._pending
+
+    def maintain(self, now_ms: int) -> None:
+        """Reclaims tombstones below the cursor once enough deletes piled up; else a no-op."""
+        if self._deletes_since_reclaim >= self.reclaim_after_deletes:
+            self.reclaim_tombstones()
+
+    # -- engine extras ------------------------------------------------------------------------
+    def reclaim_tombstones(self) -> dict[str, Any]:
+        return rocks_maint.reclaim_tombstones(self)
+
+    def compact(self) -> dict[str, Any]:
+        return rocks_maint.compact(self)
+
+    def flush(self) -> None:
+        with self._lock:
+            self._check_open()
+            for family in (self._timer, self._meta, self._corrupt):
+                family.flush(True)
+
+    def wait_for_compactions(self, quiet_ms: int = 500, timeout_ms: int = 120_000) -> bool:
+        return rocks_maint.wait_for_compactions(self, quiet_ms, timeout_ms)
+
+    def tickers(self) -> dict[str, int]:
+        return rocks_maint.tickers(self)
+
+    def stats(self) -> StoreStats:
+        return rocks_maint.stats(self)
+
+    def check(self) -> dict[str, int]:
+        return rocks_maint.check(self)

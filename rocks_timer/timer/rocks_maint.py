@@ -1,0 +1,179 @@
+"""Maintenance and figures of ``RocksTimerStore``: tombstone reclaim, manual compaction,
+statistics, the invariant check, and a wait for background work (benchmarks).
+
+Kept apart from :mod:`rocks_timer.timer.rocks` so the store module holds only the
+``TimerStore`` operations; these functions take the store and use its lock the same way.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
+
+from rocks_timer.errors import CorruptRecordError
+from rocks_timer.timer import keys as K
+from rocks_timer.timer.profiles import parse_tickers
+from rocks_timer.timer.store import StoreStats
+from rocks_timer.timer.values import decode_value
+
+if TYPE_CHECKING:
+    from rocks_timer.timer.rocks import RocksTimerStore
+
+CF_INT_PROPERTIES = {
+    "live_sst_bytes": "rocksdb.live-sst-files-size",
+    "total_sst_bytes": "rocksdb.total-sst-files-size",
+    "live_blob_bytes": "rocksdb.live-blob-file-size",
+    "live_keys_estimate": "rocksdb.estimate-num-keys",
+    "live_data_estimate_bytes": "rocksdb.estimate-live-data-size",
+    "memtable_bytes": "rocksdb.cur-size-all-mem-tables",
+    "memtable_deletes": "rocksdb.num-deletes-active-mem-table",
+    "l0_files": "rocksdb.num-files-at-level0",
+    "pending_compaction_bytes": "rocksdb.estimate-pending-compaction-bytes",
+}
+TICKERS_IN_EXTRA = {
+    "compact_read_bytes": "rocksdb.compact.read.bytes",
+    "compact_write_bytes": "rocksdb.compact.write.bytes",
+    "keys_written": "rocksdb.number.keys.written",
+    "iter_skipped_internal_keys": "rocksdb.number.iter.skip",
+    "stall_micros": "rocksdb.stall.micros",
+    "wal_synced": "rocksdb.wal.synced",
+}
+
+
+def _force_bottommost() -> CompactOptions:
+    opts = CompactOptions()
+    opts.set_bottommost_level_compaction(BottommostLevelCompaction.force_optimized())
+    return opts
+
+
+def reclaim_tombstones(store: "RocksTimerStore") -> dict[str, Any]:
+    """Range-delete and compact everything below the cursor (no key can land there again),
+    so the point tombstones of delivered keys stop costing reads and space."""
+    with store._maint_lock:
+        with store._lock:
+            store._check_open()
+            cursor = store._cursor()
+            deletes = store._deletes_since_reclaim
+            store._deletes_since_reclaim = 0
+            if not cursor or cursor <= store._reclaimed_below:
+                return {"reclaimed": False, "deletes": deletes}
+            batch = WriteBatch(raw_mode=True)
+            batch.delete_range(b"", cursor, store._timer_h)
+            store._write(batch)
+        # outside _lock: claims and sends go on; the range below the cursor is frozen
+        store._timer.compact_range(None, cursor, _force_bottommost())
+        store._reclaimed_below = cursor
+        return {"reclaimed": True, "deletes": deletes, "below_due_ms": K.key_due_ms(cursor)}
+
+
+def compact(store: "RocksTimerStore") -> dict[str, Any]:
+    """Full manual compaction of the timer column family (flushes first)."""
+    with store._maint_lock:
+        with store._lock:
+            store._check_open()
+        before = _cf_int(store, "rocksdb.live-sst-files-size")
+        started = time.monotonic()
+        store._timer.flush(True)
+        store._timer.compact_range(None, None, _force_bottommost())
+        return {"before_live_sst_bytes": before,
+                "after_live_sst_bytes": _cf_int(store, "rocksdb.live-sst-files-size"),
+                "seconds": round(time.monotonic() - started, 3)}
+
+
+def wait_for_compactions(store: "RocksTimerStore", quiet_ms: int, timeout_ms: int) -> bool:
+    """Poll until no flush or compaction has run for ``quiet_ms`` (wall time: a benchmark aid,
+    not engine logic). ``compaction-pending`` is not used: it can stick at 1 under universal."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    quiet_since = None
+    while time.monotonic() < deadline:
+        with store._lock:
+            store._check_open()
+            running = sum(store._db.property_int_value(name) or 0 for name in (
+                "rocksdb.num-running-compactions", "rocksdb.num-running-flushes"))
+        now = time.monotonic()
+        if running:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif (now - quiet_since) * 1000 >= quiet_ms:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def tickers(store: "RocksTimerStore") -> dict[str, int]:
+    """All RocksDB statistics tickers of this store's DB (cumulative since open)."""
+    return parse_tickers(store._db_options.get_statistics())
+
+
+def _cf_int(store: "RocksTimerStore", name: str) -> int:
+    try:
+        return store._timer.property_int_value(name) or 0
+    except Exception:  # a property this RocksDB build reports as text or not at all
+        return 0
+
+
+def stats(store: "RocksTimerStore") -> StoreStats:
+    counts = tickers(store)
+    with store._lock:
+        store._check_open()
+        cursor = store._cursor()
+        extra: dict[str, Any] = {
+            "profile": store.profile,
+            "in_flight": len(store._in_flight),
+            "cursor_due_ms": K.key_due_ms(cursor) if cursor else None,
+            "corrupt": store._corrupt_count,
+            "scan_corrupt_skipped": store._scan_corrupt_skipped,
+            "deletes_since_reclaim": store._deletes_since_reclaim,
+            "reconcile_offset": store._reconcile_offset,
+        }
+        for label, prop in CF_INT_PROPERTIES.items():
+            extra[label] = _cf_int(store, prop)
+        for label in ("num-running-compactions", "num-running-flushes"):
+            extra[label.replace("-", "_")] = store._db.property_int_value(f"rocksdb.{label}") or 0
+        pending = store._pending
+    for label, ticker in TICKERS_IN_EXTRA.items():
+        extra[label] = counts.get(ticker, 0)
+    return StoreStats(
+        engine="rocksdb", pending=pending,
+        bytes_written={"wal": counts.get("rocksdb.wal.bytes", 0),
+                       "flush": counts.get("rocksdb.flush.write.bytes", 0),
+                       "compaction": counts.get("rocksdb.compact.write.bytes", 0),
+                       "user": counts.get("rocksdb.bytes.written", 0)},
+        extra=extra)
+
+
+def check(store: "RocksTimerStore") -> dict[str, Any]:
+    """Full scan of the invariants (tests and ``rtimer`` diagnostics; O(keys)): the pending
+    counter is exact, no key lies below the cursor, every in-flight key exists, every value
+    decodes. Returns the figures and a list of ``problems`` (empty when all hold)."""
+    problems: list[str] = []
+    live = undecodable = 0
+    with store._lock:
+        store._check_open()
+        cursor = store._cursor()
+        it = store._timer.iter()
+        try:
+            it.seek_to_first()
+            while it.valid():
+                raw = it.key()
+                live += 1
+                if raw < cursor:
+                    problems.append(f"key {raw.hex()} lies below the cursor {cursor.hex()}")
+                try:
+                    decode_value(raw, it.value())
+                except CorruptRecordError as exc:
+                    undecodable += 1
+                    problems.append(str(exc))
+                it.next()
+        finally:
+            del it
+        if live != store._pending:
+            problems.append(f"pending counter {store._pending} but {live} keys in the timer CF")
+        missing = [raw for raw, v in zip(store._in_flight, store._timer.get(list(store._in_flight)))
+                   if v is None] if store._in_flight else []
+        if missing:
+            problems.append(f"{len(missing)} in-flight keys are gone, first {missing[0].hex()}")
+        return {"live_keys": live, "pending": store._pending, "undecodable": undecodable,
+                "in_flight": len(store._in_flight), "problems": problems}

@@ -1,0 +1,83 @@
+"""The ``meta`` column family of the RocksDB timer store: format settings, counters, cursor.
+
+Meta values are small: format settings are ASCII strings, counters and offsets are ``U64``
+(8 bytes big-endian), the cursor is a raw timer key. Keys come from :mod:`rocks_timer.timer.keys`.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Mapping
+
+from rocks_timer.errors import ConfigError, CorruptRecordError
+from rocks_timer.timer import keys
+from rocks_timer.timer.values import VALUE_CODEC_VERSION
+
+U64 = struct.Struct(">Q")
+SIZE = U64.size  # 8
+STORE_FORMAT_VERSION = 1
+
+
+def format_settings(compaction_style: str) -> dict[bytes, bytes]:
+    """The settings that define how the bytes on disk must be read; checked on every open."""
+    return {
+        keys.META_FORMAT_VERSION: str(STORE_FORMAT_VERSION).encode(),
+        keys.META_KEY_LAYOUT: str(keys.KEY_LAYOUT_VERSION).encode(),
+        keys.META_VALUE_CODEC: str(VALUE_CODEC_VERSION).encode(),
+        keys.META_COMPACTION_STYLE: compaction_style.encode(),
+    }
+
+
+def check_format(stored: Mapping[bytes, bytes | None], expected: Mapping[bytes, bytes],
+                 path: str) -> dict[bytes, bytes]:
+    """Compare stored settings with ``expected``; return the ones to write (missing ones).
+
+    A stored value that differs is a ConfigError naming the setting and both values: the store
+    never reinterprets bytes written under another format.
+    """
+    missing: dict[bytes, bytes] = {}
+    for name, want in expected.items():
+        have = stored.get(name)
+        if have is None:
+            missing[name] = want
+        elif have != want:
+            raise ConfigError(
+                f"timer store {path}: {name.decode()} is {have.decode(errors='replace')!r} "
+                f"on disk but this build/config uses {want.decode()!r}; open it with the matching "
+                f"setting (for compaction style: a rocksdb_profile with that style) or use a new "
+                f"data directory"
+            )
+    return missing
+
+
+def pack_u64(value: int) -> bytes:
+    return U64.pack(value)
+
+
+def unpack_u64(name: bytes, raw: bytes | None) -> int | None:
+    if raw is None:
+        return None
+    if len(raw) != SIZE:
+        raise CorruptRecordError(f"meta value {name.decode()} is {len(raw)} bytes, expected {SIZE}",
+                                 where=name.decode(), raw=bytes(raw))
+    return U64.unpack(raw)[0]
+
+
+@dataclass(frozen=True)
+class StoredState:
+    """The durable state read from ``meta`` on open."""
+
+    cursor: bytes
+    pending: int
+    corrupt: int
+    reconcile_offset: int | None
+
+    @classmethod
+    def parse(cls, stored: Mapping[bytes, bytes | None]) -> "StoredState":
+        return cls(
+            cursor=stored.get(keys.META_CURSOR) or b"",
+            pending=unpack_u64(keys.META_PENDING, stored.get(keys.META_PENDING)) or 0,
+            corrupt=unpack_u64(keys.META_CORRUPT, stored.get(keys.META_CORRUPT)) or 0,
+            reconcile_offset=unpack_u64(keys.META_RECONCILE_OFFSET,
+                                        stored.get(keys.META_RECONCILE_OFFSET)),
+        )

@@ -1,0 +1,135 @@
+"""The ``TimerStore`` protocol every timer engine implements, and the records it moves.
+
+The deliverer, the broker, the CLI, the benchmarks and the Spark jobs take a ``TimerStore`` and
+never special-case an engine. A store owns pending messages; the deliverer moves due ones into
+the CommitLog:
+
+    claim_due(now)  -> records marked in flight (cancel now answers False for them)
+    put each record's ``message`` into the CommitLog (asynchronously, retried on failure)
+    complete(records, commitlog_end) -> keys deleted / read position advanced, in one atomic step
+
+Exactly-once engines also take part in restart reconciliation: every delivered copy carries
+``TIMER_OUT_MS`` = its key's due time, so after a crash the deliverer reads the CommitLog from
+``reconcile_from()`` and calls ``reconcile(keys, end)`` with the keys found delivered there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol, Sequence, runtime_checkable
+
+from rocks_timer.message import Message
+
+
+@dataclass(frozen=True, slots=True)
+class TimerKey:
+    """What identifies a scheduled message: due time, real topic and message id (32 hex)."""
+
+    due_ms: int
+    topic: str
+    msg_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimerRecord:
+    """A message to park until ``due_ms``. ``message`` has its real topic and queue id."""
+
+    due_ms: int
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """What ``schedule`` returns per record: the cancel handle and the due time the key uses."""
+
+    handle: str
+    key_due_ms: int
+
+
+@dataclass(slots=True)
+class DueRecord:
+    """A due message claimed for delivery. ``message`` is the copy to put (topic and queue set)."""
+
+    key: TimerKey
+    message: Message
+    handle: str
+    size: int = 0
+    token: Any = None  # engine-private (raw key bytes, wheel unit position, ...)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEntry:
+    """One pending message as ``scan`` lists it."""
+
+    deliver_at_ms: int
+    topic: str
+    msg_id: str
+    handle: str
+    size: int
+    queue_id: int = 0
+    tags: str | None = None
+
+
+class ScanPage(list):
+    """A page of ``PendingEntry`` in due order; ``next_after`` resumes the scan (None at the end)."""
+
+    def __init__(self, entries: Iterable[PendingEntry] = (), next_after: str | None = None):
+        super().__init__(entries)
+        self.next_after = next_after
+
+
+@dataclass
+class StoreStats:
+    """Engine figures for ``Broker.stats()``; ``bytes_written`` is logical bytes per component."""
+
+    engine: str
+    pending: int
+    bytes_written: dict[str, int] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"engine": self.engine, "pending": self.pending,
+                "bytes_written": dict(self.bytes_written), **self.extra}
+
+
+@runtime_checkable
+class TimerStore(Protocol):
+    """Storage of pending timer messages. All methods are thread-safe."""
+
+    name: str
+    exactly_once: bool  # True if reconcile() makes redelivery after a crash impossible
+
+    def schedule(self, records: Sequence[TimerRecord], now_ms: int) -> list[Scheduled]:
+        """Park records atomically (one batch). Keys never land behind the delivery cursor:
+        a key's due time may be raised (never lowered) to keep that promise."""
+
+    def cancel(self, handle: str, now_ms: int) -> bool:
+        """True only if the message will never be delivered; False if unknown, delivered or in
+        flight. Raises InvalidHandleError for a malformed handle. Durable once it returns."""
+
+    def scan(self, *, from_ms: int | None = None, to_ms: int | None = None,
+             topic: str | None = None, limit: int = 100, after: str | None = None) -> ScanPage:
+        """Pending entries with from_ms <= due <= to_ms in due order, at most ``limit``;
+        ``after`` is a previous page's ``next_after``."""
+
+    def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> list[DueRecord]:
+        """Records due at ``now_ms`` (never early), in key order, bounded by the budget, marked
+        in flight. Records already in flight are not returned again."""
+
+    def complete(self, records: Sequence[DueRecord], commitlog_end: int | None) -> None:
+        """Forget delivered records and advance the cursor, atomically. ``commitlog_end`` is
+        the CommitLog offset up to which every delivery of this store is reconciled."""
+
+    def reconcile_from(self) -> int | None:
+        """CommitLog offset to reconcile from on open, or None if the engine does not."""
+
+    def reconcile(self, keys: Iterable[TimerKey], commitlog_end: int) -> int:
+        """Drop keys found delivered in the CommitLog; returns how many were still present."""
+
+    def maintain(self, now_ms: int) -> None:
+        """Periodic engine work (flush, checkpoint, compaction, wheel enqueue); cheap when idle."""
+
+    def pending_count(self) -> int: ...
+
+    def stats(self) -> StoreStats: ...
+
+    def close(self) -> None: ...

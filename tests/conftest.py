@@ -1,0 +1,55 @@
+"""Shared fixtures: a manual clock, brokers on tmp dirs, and one local Spark session per run."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from rocks_timer import Broker, BrokerConfig, ManualClock  # noqa: E402
+
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(START_MS)
+
+
+@pytest.fixture
+def small_config() -> BrokerConfig:
+    """Small files so segment rolls and retention happen in tests."""
+    return BrokerConfig(commitlog_segment_size=1 << 20, max_message_size=64 * 1024,
+                        consume_queue_entries_per_file=64).validate()
+
+
+@pytest.fixture
+def make_broker(tmp_path, clock):
+    opened: list[Broker] = []
+
+    def make(engine: str = "memory", path: Path | None = None, **overrides) -> Broker:
+        config = BrokerConfig(timer_engine=engine, **overrides).validate()
+        broker = Broker.open(path or tmp_path / f"data-{engine}", config, clock=clock)
+        opened.append(broker)
+        return broker
+
+    yield make
+    for broker in opened:
+        broker.close()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] Spark session for the whole run (it costs ~7 s to start)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from spark.session import build_session
+
+    session = build_session("local[2]", app_name="rocks-timer-tests")
+    yield session
+    session.stop()

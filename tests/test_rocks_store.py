@@ -1,0 +1,422 @@
+"""RocksTimerStore: engine-specific behaviour on a real RocksDB in tmp_path."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from rocksdict import Options, Rdict, WriteBatch
+
+from rocks_timer.clock import ManualClock
+from rocks_timer.config import BrokerConfig
+from rocks_timer.errors import (ConfigError, InvalidHandleError, InvalidMessageError,
+                                StoreClosedError, StoreLockedError)
+from rocks_timer.message import TIMER_DELIVER_MS, Message
+from rocks_timer.timer import keys as K
+from rocks_timer.timer.handles import encode_handle
+from rocks_timer.timer.profiles import PROFILES, build_options, parse_tickers
+from rocks_timer.timer.rocks import RocksTimerStore
+from rocks_timer.timer.store import TimerKey, TimerRecord, TimerStore
+
+ROOT = Path(__file__).resolve().parent.parent
+BIG = 1 << 30
+T0 = 1_700_000_000_000
+
+
+def msg(i: int, topic: str = "orders", body: bytes = b"payload", **kw) -> Message:
+    return Message(topic=topic, body=body, msg_id=f"{i:032X}", queue_id=i % 4, tags=f"T{i % 3}",
+                   **kw)
+
+
+def rec(i: int, due_ms: int, **kw) -> TimerRecord:
+    return TimerRecord(due_ms, msg(i, **kw))
+
+
+def ids(records) -> list[str]:
+    return [r.key.msg_id for r in records]
+
+
+@pytest.fixture
+def clock():
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def open_store(tmp_path):
+    opened = []
+
+    def _open(config: BrokerConfig | None = None, path: Path | None = None, **kw):
+        store = RocksTimerStore.open(path or tmp_path / "timer", config or BrokerConfig(), **kw)
+        opened.append(store)
+        return store
+
+    yield _open
+    for store in opened:
+        store.close()
+
+
+def raw_timer_put(path: Path, key: bytes, value: bytes) -> None:
+    """Write straight into the timer column family, as a corrupting disk or bug would."""
+    cfs = {name: Options(raw_mode=True) for name in ("timer", "meta", "corrupt")}
+    db = Rdict(str(path), Options(raw_mode=True), column_families=cfs)
+    handle = db.get_column_family_handle("timer")
+    batch = WriteBatch(raw_mode=True)
+    batch.put(key, value, handle)
+    db.write(batch)
+    del handle
+    db.close()
+
+
+def test_implements_the_protocol(open_store):
+    store = open_store()
+    assert isinstance(store, TimerStore)
+    assert store.name == "rocksdb" and store.exactly_once is True
+
+
+def test_never_early_in_key_order_and_complete(open_store, clock):
+    store = open_store()
+    now = clock.now_ms()
+    scheduled = store.schedule([rec(i, now + 1000 - i * 100) for i in range(5)], now)
+    assert [s.key_due_ms for s in scheduled] == [now + 1000 - i * 100 for i in range(5)]
+    assert store.claim_due(clock.advance(599), 100, BIG) == []
+    due = store.claim_due(clock.advance(1), 100, BIG)
+    assert ids(due) == [f"{4:032X}"]
+    assert due[0].message.topic == "orders" and due[0].message.queue_id == 0
+    assert due[0].handle == scheduled[4].handle
+    assert store.claim_due(clock.now_ms(), 100, BIG) == []  # in flight: not again
+    store.complete(due, commitlog_end=123)
+    rest = store.claim_due(clock.advance(10_000), 100, BIG)
+    assert ids(rest) == [f"{i:032X}" for i in (3, 2, 1, 0)]
+    store.complete(rest, 456)
+    assert store.pending_count() == 0 and store.reconcile_from() == 456
+    assert store.check()["problems"] == []
+
+
+def test_budget_by_count_and_bytes(open_store):
+    store = open_store()
+    store.schedule([rec(i, 10 + i, body=os.urandom(1000)) for i in range(10)], 0)
+    assert len(store.claim_due(100, 3, BIG)) == 3
+    second = store.claim_due(100, 100, 2500)
+    assert len(second) == 2 and sum(r.size for r in second) <= 2500
+    assert len(store.claim_due(100, 100, 1)) == 1  # one record always fits
+    assert len(store.claim_due(100, 100, BIG)) == 4
+
+
+def test_pending_counter_is_exact_with_replays(open_store):
+    store = open_store()
+    store.schedule([rec(1, 50), rec(1, 50), rec(2, 60)], 0)
+    store.schedule([rec(2, 60)], 0)
+    assert store.pending_count() == 2
+    assert store.check() == {"live_keys": 2, "pending": 2, "undecodable": 0, "in_flight": 0,
+                             "problems": []}
+
+
+def test_message_without_id_is_rejected(open_store):
+    store = open_store()
+    with pytest.raises(InvalidMessageError):
+        store.schedule([TimerRecord(5, Message(topic="t", body=b"x"))], 0)
+    assert store.pending_count() == 0
+
+
+def test_corrupt_value_is_quarantined_and_the_rest_delivered(tmp_path, open_store):
+    path = tmp_path / "timer"
+    store = open_store(path=path)
+    store.schedule([rec(i, 100 + i) for i in range(5)], 0)
+    store.close()
+    bad_key = K.encode_key(TimerKey(102, "orders", f"{2:032X}"))
+    raw_timer_put(path, bad_key, b"\x01\x00garbage")
+    store = open_store(path=path)
+    due = store.claim_due(1000, 100, BIG)
+    assert ids(due) == [f"{i:032X}" for i in (0, 1, 3, 4)]
+    store.complete(due, None)
+    stats = store.stats()
+    assert stats.extra["corrupt"] == 1 and stats.pending == 0
+    assert store.check()["problems"] == []
+    store.close()
+    store = open_store(path=path)  # the count survives, the bytes are kept byte for byte
+    assert store.stats().extra["corrupt"] == 1
+    assert bytes(store._corrupt.get(bad_key)) == b"\x01\x00garbage"
+
+
+def test_format_mismatch_is_a_config_error(tmp_path, open_store):
+    path = tmp_path / "timer"
+    open_store(path=path).close()
+    with pytest.raises(ConfigError) as info:
+        open_store(BrokerConfig(rocksdb_profile="universal"), path=path)
+    assert "'level'" in str(info.value) and "'universal'" in str(info.value)
+    # same compaction style, other profile: allowed
+    open_store(BrokerConfig(rocksdb_profile="tuned"), path=path).close()
+    store = open_store(path=path)
+    store._db.get_column_family("meta")[K.META_VALUE_CODEC] = b"7"
+    store.close()
+    with pytest.raises(ConfigError, match="value_codec.*'7'.*'1'"):
+        open_store(path=path)
+
+
+def test_unknown_profile_lists_valid_ones(open_store):
+    with pytest.raises(ConfigError) as info:
+        open_store(BrokerConfig(rocksdb_profile="nope"))
+    for name in PROFILES:
+        assert name in str(info.value)
+
+
+@pytest.mark.parametrize("profile", sorted(PROFILES))
+def test_every_profile_works(tmp_path, open_store, profile):
+    store = open_store(BrokerConfig(rocksdb_profile=profile))
+    store.schedule([rec(i, 10 + i, body=os.urandom(300)) for i in range(50)], 0)
+    store.flush()
+    due = store.claim_due(1000, 100, BIG)
+    store.complete(due, 1)
+    assert len(due) == 50
+    stats = store.stats()
+    assert stats.extra["profile"] == profile
+    assert stats.bytes_written["user"] > 50 * 300 and stats.bytes_written["flush"] > 0
+
+
+def test_parse_tickers_and_fresh_options():
+    a, b = build_options("default"), build_options("default")
+    assert a is not b
+    text = "rocksdb.bytes.written COUNT : 1741\nrocksdb.db.get.micros P50 : 1.0\nx COUNT : 3\n"
+    assert parse_tickers(text) == {"rocksdb.bytes.written": 1741}
+    assert parse_tickers(None) == {}
+
+
+def test_reopen_in_the_same_process(tmp_path, open_store):
+    path = tmp_path / "timer"
+    store = open_store(path=path)
+    store.schedule([rec(i, 10 + i) for i in range(3)], 0)
+    store.scan(limit=10)
+    store.claim_due(10, 1, BIG)  # iterators and handles were used
+    store.close()
+    store.close()  # idempotent
+    with pytest.raises(StoreClosedError):
+        store.pending_count()
+    store = open_store(path=path)
+    assert store.pending_count() == 3
+
+
+def test_second_open_in_process_is_locked(tmp_path, open_store):
+    open_store()
+    with pytest.raises(StoreLockedError):
+        RocksTimerStore.open(tmp_path / "timer", BrokerConfig())
+
+
+def test_open_from_another_process_is_locked(tmp_path, open_store):
+    open_store()
+    code = ("import sys; from pathlib import Path\n"
+            "from rocks_timer.config import BrokerConfig\n"
+            "from rocks_timer.errors import StoreLockedError\n"
+            "from rocks_timer.timer.rocks import RocksTimerStore\n"
+            "try:\n    RocksTimerStore.open(Path(sys.argv[1]), BrokerConfig())\n"
+            "except StoreLockedError as exc:\n    print('LOCKED', exc)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "timer")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.startswith("LOCKED"), out.stderr
+
+
+def test_keys_never_land_behind_the_cursor(open_store, clock):
+    store = open_store()
+    now = clock.now_ms()
+    store.schedule([rec(1, now + 100), rec(2, now + 200)], now)
+    first = store.claim_due(clock.advance(150), 10, BIG)
+    assert ids(first) == [f"{1:032X}"]
+    late = msg(0, properties={TIMER_DELIVER_MS: str(now + 50)})  # id sorts before the claimed
+    same_ms = msg(3)
+    got = store.schedule([TimerRecord(now + 50, late), TimerRecord(now + 100, same_ms)],
+                         clock.now_ms())
+    assert [s.key_due_ms for s in got] == [now + 101, now + 101]
+    store.complete(first, None)
+    again = store.claim_due(clock.now_ms(), 10, BIG)
+    assert ids(again) == [f"{0:032X}", f"{3:032X}"]
+    assert again[0].message.get_property(TIMER_DELIVER_MS) == str(now + 50)  # user's time untouched
+    assert store.check()["problems"] == []
+
+
+def test_clamp_survives_reopen(tmp_path, open_store):
+    path = tmp_path / "timer"
+    store = open_store(path=path)
+    store.schedule([rec(1, 100), rec(2, 500)], 0)
+    store.complete(store.claim_due(200, 10, BIG), 7)
+    store.close()
+    store = open_store(path=path)
+    got = store.schedule([rec(3, 50)], 300)
+    assert got[0].key_due_ms == 101
+    assert ids(store.claim_due(300, 10, BIG)) == [f"{3:032X}"]
+
+
+def test_cancel_is_definite(tmp_path, open_store):
+    path = tmp_path / "timer"
+    store = open_store(path=path)
+    handles = [s.handle for s in store.schedule([rec(i, 100 + i) for i in range(4)], 0)]
+    assert store.cancel(handles[3], 0) is True
+    assert store.cancel(handles[3], 0) is False
+    in_flight = store.claim_due(100, 1, BIG)
+    assert store.cancel(handles[0], 100) is False  # being delivered
+    store.complete(in_flight, None)
+    assert store.cancel(handles[0], 100) is False  # delivered
+    assert store.cancel(encode_handle("orders", 101, "F" * 32), 100) is False  # unknown
+    with pytest.raises(InvalidHandleError):
+        store.cancel("not a handle!", 100)
+    assert store.cancel(handles[2], 100) is True
+    store.close()
+    store = open_store(path=path)  # durable
+    assert ids(store.claim_due(10_000, 10, BIG)) == [f"{1:032X}"]
+    assert store.pending_count() == 1
+
+
+def test_scan_pages_filters_and_bounds(open_store):
+    store = open_store()
+    records = [rec(i, 1000 + i * 10, topic=("a", "b", "c")[i % 3]) for i in range(30)]
+    store.schedule(records, 0)
+    all_entries, after = [], None
+    while True:
+        page = store.scan(limit=7, after=after)
+        all_entries.extend(page)
+        after = page.next_after
+        if after is None:
+            break
+    assert [e.msg_id for e in all_entries] == [f"{i:032X}" for i in range(30)]
+    first = all_entries[0]
+    assert (first.deliver_at_ms, first.topic, first.size, first.queue_id, first.tags) == \
+        (1000, "a", len(b"payload"), 0, "T0")
+    page = store.scan(from_ms=1050, to_ms=1150, topic="b", limit=100)
+    assert [e.deliver_at_ms for e in page] == [1070, 1100, 1130]
+    assert page.next_after is None
+    exact = store.scan(limit=30)
+    assert len(exact) == 30 and exact.next_after is None
+    with pytest.raises(InvalidHandleError):
+        store.scan(after="garbage")
+
+
+def test_scan_with_a_sparse_topic_is_bounded(open_store):
+    store = open_store()
+    store.schedule([rec(i, 10 + i, topic="busy") for i in range(2500)], 0)
+    store.schedule([rec(10_000 + i, 5000 + i, topic="rare") for i in range(3)], 0)
+    page = store.scan(topic="rare", limit=10)
+    assert list(page) == [] and page.next_after is not None
+    found, pages = [], 1
+    while page.next_after is not None:
+        page = store.scan(topic="rare", limit=10, after=page.next_after)
+        found.extend(page)
+        pages += 1
+    assert [e.deliver_at_ms for e in found] == [5000, 5001, 5002] and pages == 3
+
+
+def test_reconcile_deletes_present_keys(tmp_path, open_store):
+    path = tmp_path / "timer"
+    store = open_store(path=path)
+    assert store.reconcile_from() is None
+    store.schedule([rec(i, 10 + i) for i in range(4)], 0)
+    claimed = store.claim_due(100, 2, BIG)
+    found = [claimed[0].key, TimerKey(12, "orders", f"{2:032X}"), TimerKey(5, "x", "A" * 32)]
+    assert store.reconcile(found, 999) == 2
+    assert store.reconcile_from() == 999 and store.pending_count() == 2
+    store.complete(claimed, None)  # the reconciled record is no longer in flight: no double count
+    assert store.pending_count() == 1
+    assert ids(store.claim_due(100, 10, BIG)) == [f"{3:032X}"]
+    store.close()
+    assert open_store(path=path).reconcile_from() == 999
+
+
+def test_complete_persists_the_cursor(tmp_path, open_store):
+    path = tmp_path / "timer"
+    store = open_store(path=path)
+    store.schedule([rec(i, 100 + i) for i in range(10)], 0)
+    claimed = store.claim_due(105, 100, BIG)
+    assert len(claimed) == 6
+    store.complete([claimed[i] for i in (1, 2, 4, 5)], 42)
+    store.close()
+    store = open_store(path=path)
+    assert store.stats().extra["cursor_due_ms"] == 100
+    again = store.claim_due(1000, 100, BIG)
+    assert ids(again) == [f"{i:032X}" for i in (0, 3, 6, 7, 8, 9)]
+    assert store.check()["problems"] == []
+
+
+def test_tombstones_do_not_slow_an_empty_claim(open_store):
+    store = open_store(reclaim_after_deletes=100_000)
+    n, batch = 200_000, 2000
+    for start in range(0, n, batch):
+        store.schedule([rec(i, 1000 + i) for i in range(start, start + batch)], 0)
+    while True:
+        due = store.claim_due(1000 + n, 5000, BIG)
+        if not due:
+            break
+        store.complete(due, None)
+    assert store.pending_count() == 0
+    store.schedule([rec(n + 1, 10 * n)], 0)  # a live key far beyond the tombstones
+
+    def skipped_by(action) -> int:
+        before = store.tickers().get("rocksdb.number.iter.skip", 0)
+        action()
+        return store.tickers().get("rocksdb.number.iter.skip", 0) - before
+
+    assert skipped_by(lambda: store.claim_due(1000 + n + 5, 1000, BIG)) < 10
+
+    def from_the_start():  # what a scan that ignored the cursor would pay
+        it = store._timer.iter()
+        it.seek_to_first()
+        del it
+
+    assert skipped_by(from_the_start) > n  # the test can fail: tombstones are really there
+    store.maintain(0)
+    assert store.stats().extra["deletes_since_reclaim"] == 0
+    assert skipped_by(from_the_start) < 1000
+    assert store.check()["problems"] == []
+
+
+def test_cancel_races_claim_without_double_answers(open_store):
+    store = open_store()
+    n = 3000
+    handles = [s.handle for s in store.schedule([rec(i, 10 + i) for i in range(n)], 0)]
+    delivered, cancelled = [], []
+    done = threading.Event()
+
+    def deliverer():
+        while not done.is_set() or store.pending_count():
+            due = store.claim_due(10 + n, 37, BIG)
+            store.complete(due, None)
+            delivered.extend(r.handle for r in due)
+            if not due and done.is_set():
+                break
+
+    def canceller(part):
+        for h in part:
+            if store.cancel(h, 0):
+                cancelled.append(h)
+
+    order = handles[:]
+    random.Random(7).shuffle(order)
+    threads = [threading.Thread(target=deliverer)] + [
+        threading.Thread(target=canceller, args=(order[k::2],)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads[1:]:
+        t.join()
+    done.set()
+    threads[0].join()
+    assert not set(delivered) & set(cancelled)
+    assert sorted(delivered + cancelled) == sorted(handles)
+    assert len(delivered) == len(set(delivered))
+    assert store.pending_count() == 0
+
+
+def test_stats_compact_and_wait(open_store):
+    store = open_store()
+    store.schedule([rec(i, 10 + i, body=os.urandom(500)) for i in range(2000)], 0)
+    store.complete(store.claim_due(10_000, 1500, BIG), 1)
+    stats = store.stats()
+    assert stats.engine == "rocksdb" and stats.pending == 500
+    assert set(stats.bytes_written) == {"wal", "flush", "compaction", "user"}
+    assert stats.bytes_written["wal"] >= 2000 * 500
+    for name in ("profile", "live_sst_bytes", "live_keys_estimate", "corrupt", "in_flight",
+                 "cursor_due_ms", "compact_read_bytes", "num_running_compactions"):
+        assert name in stats.extra
+    report = store.compact()
+    assert report["after_live_sst_bytes"] > 0 and "before_live_sst_bytes" in report
+    assert store.wait_for_compactions(quiet_ms=50, timeout_ms=30_000)
+    assert store.stats().as_dict()["engine"] == "rocksdb"
