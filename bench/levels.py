@@ -105,7 +105,7 @@ def markdown(results: list[dict], meta: dict) -> str:
         f"### Legacy levels delivery throughput ({meta['per_level']} msgs/level, "
         f"{len(BODY)} B bodies, {meta['python']})",
         "",
-        "| scenario | driver | mode | levels | messages | seconds | msgs/s | per level msgs/s |",
+        "| scenario | driver | mode | levels | messages | seconds | msgs/s | per level (N / time until the level was done) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:

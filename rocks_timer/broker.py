@@ -249,7 +249,7 @@ class Broker:
             except Exception:  # noqa: BLE001 - a service loop never dies; it logs and goes on
                 log.exception("timer loop step failed")
                 busy = 0
-            if not busy or self.deliverer.in_flight == 0:
+            if busy < self.config.timer_deliver_batch:  # a full batch means more may be due
                 self._stopping.wait(interval_s)
 
     def stop(self) -> None:

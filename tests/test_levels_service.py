@@ -252,3 +252,39 @@ def test_thread_pool_mode_delivers_and_persists_on_stop(tmp_path):
     finally:
         service.close()
         store.close()
+
+
+def test_retention_moves_the_level_to_the_queue_head_and_skips_expired_records(tmp_path):
+    """Expired CommitLog segments: offset < cq.min resets to cq.min; a CQ entry whose record is
+    gone (KeyError) is skipped without blocking the level."""
+    clock = ManualClock(T0_MS)
+    store, cfg = open_store(tmp_path, clock, message_delay_level="1s", max_message_size=1024,
+                            commitlog_segment_size=33 * 1024 + 1024,
+                            consume_queue_entries_per_file=7, file_reserved_hours=1)
+    service = ScheduleMessageService(tmp_path, store, cfg, clock)
+    try:
+        service.load()
+        for i in range(200):
+            park(store, 1, "old", bytes(500))
+        clock.advance(2 * 3_600_000)
+        park(store, 1, "new", b"fresh")
+        assert store.delete_expired(clock.now_ms()) >= 1
+        cq = store.consume_queue(SCHEDULE_TOPIC, 0)
+        assert cq.min_offset > 0
+        readable = 0
+        for entry in cq.entries(cq.min_offset, 1_000):
+            try:
+                store.get_message(entry.commitlog_offset, entry.size)
+                readable += 1
+            except KeyError:
+                pass
+        gone = cq.max_offset - cq.min_offset - readable
+        assert gone > 0 and readable > 1
+        clock.advance(1_000)
+        assert service.tick() == readable
+        assert service.offset(1) == cq.max_offset
+        assert service.stats()["skipped"] == gone
+        assert [m.body for m in pull_all(store, "new")] == [b"fresh"]
+    finally:
+        service.close()
+        store.close()

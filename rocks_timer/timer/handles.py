@@ -25,8 +25,7 @@ class Handle:
     msg_id: str
 
     def encode(self) -> str:
-        text = f"{VERSION} {self.topic} {self.due_ms} {self.msg_id}"
-        return base64.urlsafe_b64encode(text.encode("ascii")).decode("ascii").rstrip("=")
+        return encode_handle(self.topic, self.due_ms, self.msg_id)
 
     @classmethod
     def decode(cls, handle: str) -> "Handle":
@@ -46,8 +45,13 @@ class Handle:
         return cls(topic, int(due_text), msg_id)
 
 
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
 def encode_handle(topic: str, due_ms: int, msg_id: str) -> str:
-    return Handle(topic, due_ms, msg_id).encode()
+    # on the schedule hot path: no Handle object, binascii instead of base64's wrappers
+    text = f"{VERSION} {topic} {due_ms} {msg_id}".encode("ascii")
+    return binascii.b2a_base64(text, newline=False).translate(_URLSAFE).rstrip(b"=").decode("ascii")
 
 
 def decode_handle(handle: str) -> Handle:

@@ -35,6 +35,7 @@ MAX_DUE_MS = (1 << 64) - 1
 # due (8) + topic length (1) + id (16); the topic bytes come on top
 FIXED_KEY_SIZE = DUE_SIZE + 1 + MSG_ID_SIZE
 KEY_LAYOUT_VERSION = 1
+_LENGTH_BYTES = [bytes((n,)) for n in range(256)]
 
 # --- meta column family keys -------------------------------------------------------------------
 META_FORMAT_VERSION = b"format.version"
@@ -49,14 +50,19 @@ META_CORRUPT = b"count.corrupt"  # u64: values moved to the quarantine column fa
 
 def encode_key(key: TimerKey) -> bytes:
     """The timer key bytes of ``key``; InvalidMessageError for an unencodable topic, id or time."""
-    if not 0 <= key.due_ms <= MAX_DUE_MS:
-        raise InvalidMessageError(f"due time {key.due_ms} ms is outside 0..{MAX_DUE_MS}")
-    topic = key.topic.encode("utf-8")
-    if not 1 <= len(topic) <= MAX_TOPIC_BYTES:
+    return encode_key_parts(key.due_ms, key.topic, key.msg_id)
+
+
+def encode_key_parts(due_ms: int, topic: str, msg_id: str) -> bytes:
+    """:func:`encode_key` without building a TimerKey (the schedule hot path)."""
+    if not 0 <= due_ms <= MAX_DUE_MS:
+        raise InvalidMessageError(f"due time {due_ms} ms is outside 0..{MAX_DUE_MS}")
+    topic_bytes = topic.encode("utf-8")
+    size = len(topic_bytes)
+    if not 1 <= size <= MAX_TOPIC_BYTES:
         raise InvalidMessageError(
-            f"topic {key.topic!r} is {len(topic)} bytes; a timer key holds 1..{MAX_TOPIC_BYTES}"
-        )
-    return b"".join((DUE.pack(key.due_ms), bytes((len(topic),)), topic, msg_id_bytes(key.msg_id)))
+            f"topic {topic!r} is {size} bytes; a timer key holds 1..{MAX_TOPIC_BYTES}")
+    return DUE.pack(due_ms) + _LENGTH_BYTES[size] + topic_bytes + msg_id_bytes(msg_id)
 
 
 def decode_key(raw: bytes) -> TimerKey:

@@ -32,6 +32,9 @@ def _base() -> Options:
     table = BlockBasedOptions()
     table.set_bloom_filter(10, False)
     opts.set_block_based_table_factory(table)
+    # the same lookups against the memtable: a whole-key bloom makes a miss ~5x cheaper
+    opts.set_memtable_prefix_bloom_ratio(0.1)
+    opts.set_memtable_whole_key_filtering(True)
     return opts
 
 

@@ -108,23 +108,7 @@ class RocksTimerStore:
                     f"in this process (RocksDB: {text})") from None
             raise ConfigError(f"cannot open timer store {path}: {text}") from None
         try:
-            # read what is needed, then drop the handle: a handle kept alive by a traceback
-            # would hold the RocksDB LOCK after db.close()
-            meta = db.get_column_family(META_CF)
-            expected = rocks_meta.format_settings(style)
-            names = list(expected) + [K.META_CURSOR, K.META_PENDING, K.META_CORRUPT,
-                                      K.META_RECONCILE_OFFSET]
-            stored = dict(zip(names, (None if v is None else bytes(v) for v in meta.get(names))))
-            del meta
-            missing = rocks_meta.check_format(stored, expected, str(path))
-            state = rocks_meta.StoredState.parse(stored)
-            if missing:
-                meta_h = db.get_column_family_handle(META_CF)
-                batch = WriteBatch(raw_mode=True)
-                for name, value in missing.items():
-                    batch.put(name, value, meta_h)
-                del meta_h
-                db.write(batch)
+            state = rocks_meta.load(db, META_CF, style, str(path))
         except BaseException:
             db.close()
             raise
@@ -192,21 +176,23 @@ class RocksTimerStore:
             self._check_open()
             floor_ms = self._low_watermark_ms()
             batch = WriteBatch(raw_mode=True)
-            raw_keys, result = [], []
+            put, timer_h, encode_key = batch.put, self._timer_h, K.encode_key_parts
+            raw_keys, key_dues = [], []
             for due_ms, topic, msg_id, value in prepared:
-                key_due_ms = max(due_ms, floor_ms)
-                raw = K.encode_key(TimerKey(key_due_ms, topic, msg_id))
+                key_due_ms = due_ms if due_ms >= floor_ms else floor_ms
+                raw = encode_key(key_due_ms, topic, msg_id)
+                put(raw, value, timer_h)
                 raw_keys.append(raw)
-                batch.put(raw, value, self._timer_h)
-                result.append(Scheduled(encode_handle(topic, key_due_ms, msg_id), key_due_ms))
-            added = len(set(raw_keys))
-            for old in self._timer.get(list(dict.fromkeys(raw_keys))):
-                added -= old is not None
+                key_dues.append(key_due_ms)
+            distinct = raw_keys if len(set(raw_keys)) == len(raw_keys) else list(
+                dict.fromkeys(raw_keys))
+            added = self._timer.get(distinct).count(None)  # exact count: only new keys add
             if added:
                 batch.put(K.META_PENDING, rocks_meta.pack_u64(self._pending + added), self._meta_h)
             self._write(batch)
             self._pending += added
-        return result
+        return [Scheduled(encode_handle(topic, key_due_ms, msg_id), key_due_ms)
+                for (_, topic, msg_id, _), key_due_ms in zip(prepared, key_dues)]
 
     def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> list[DueRecord]:
         claimed: list[DueRecord] = []
@@ -270,6 +256,8 @@ class RocksTimerStore:
     def complete(self, records: Sequence[DueRecord], commitlog_end: int | None) -> None:
         with self._lock:
             self._check_open()
+            if not records and commitlog_end is None:
+                return
             done = {}
             for record in records:
                 raw = record.token if isinstance(record.token, bytes) else K.encode_key(record.key)

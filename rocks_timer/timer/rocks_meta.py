@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
+
+from rocksdict import WriteBatch
 
 from rocks_timer.errors import ConfigError, CorruptRecordError
 from rocks_timer.timer import keys
@@ -26,6 +28,30 @@ def format_settings(compaction_style: str) -> dict[bytes, bytes]:
         keys.META_VALUE_CODEC: str(VALUE_CODEC_VERSION).encode(),
         keys.META_COMPACTION_STYLE: compaction_style.encode(),
     }
+
+
+def load(db: Any, meta_cf: str, compaction_style: str, path: str) -> "StoredState":
+    """Check the format settings in ``meta`` (writing them on a new store) and read the state.
+
+    The column family handles are dropped before anything can raise: a handle kept alive by a
+    traceback would hold the RocksDB LOCK after ``db.close()``.
+    """
+    expected = format_settings(compaction_style)
+    names = list(expected) + [keys.META_CURSOR, keys.META_PENDING, keys.META_CORRUPT,
+                              keys.META_RECONCILE_OFFSET]
+    meta = db.get_column_family(meta_cf)
+    stored = dict(zip(names, (None if v is None else bytes(v) for v in meta.get(names))))
+    del meta
+    missing = check_format(stored, expected, path)
+    state = StoredState.parse(stored)
+    if missing:
+        handle = db.get_column_family_handle(meta_cf)
+        batch = WriteBatch(raw_mode=True)
+        for name, value in missing.items():
+            batch.put(name, value, handle)
+        del handle
+        db.write(batch)
+    return state
 
 
 def check_format(stored: Mapping[bytes, bytes | None], expected: Mapping[bytes, bytes],

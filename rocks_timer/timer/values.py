@@ -58,42 +58,42 @@ class ValueInfo:
     tags: str | None
 
 
-def _check_range(name: str, value: int, bounds: tuple[int, int]) -> int:
-    if not bounds[0] <= value <= bounds[1]:
-        raise InvalidMessageError(f"{name}={value} is outside {bounds[0]}..{bounds[1]}")
-    return value
-
-
 def encode_value(message: Message, compress_threshold: int) -> bytes:
     """The value bytes of ``message``; the body is lz4-compressed when longer than the threshold
     and compression makes it smaller."""
     topic = message.topic.encode("utf-8")
-    if not 1 <= len(topic) <= 255:
-        raise InvalidMessageError(f"topic {message.topic!r} is {len(topic)} bytes; allowed 1..255")
+    if not topic:
+        raise InvalidMessageError("a timer message needs a topic")
     props = encode_properties(message.properties)
     body = message.body
-    if len(props) > _U32_MAX or len(body) > _U32_MAX:
-        raise InvalidMessageError(f"properties ({len(props)} B) or body ({len(body)} B) "
-                                  f"longer than {_U32_MAX} bytes")
     flags, stored = 0, body
     if len(body) > compress_threshold:
         packed = lz4.block.compress(body, store_size=False)
         if len(packed) < len(body):
             flags, stored = FLAG_LZ4, packed
-    present = 0
-    queue_id = born_ms = 0
-    if message.queue_id is not None:
-        present |= PRESENT_QUEUE_ID
-        queue_id = _check_range("queue_id", message.queue_id, _I32)
-    if message.born_ms is not None:
-        present |= PRESENT_BORN_MS
-        born_ms = _check_range("born_ms", message.born_ms, _I64)
-    header = HEADER.pack(
-        VALUE_CODEC_VERSION, flags, present, queue_id, _check_range("flag", message.flag, _I32),
-        born_ms, _check_range("reconsume_times", message.reconsume_times, _I32),
-        len(topic), len(props), len(body), len(stored),
-    )
-    return b"".join((header, topic, props, stored))
+    queue_id, born_ms = message.queue_id, message.born_ms
+    present = (0 if queue_id is None else PRESENT_QUEUE_ID) | (
+        0 if born_ms is None else PRESENT_BORN_MS)
+    try:
+        header = HEADER.pack(
+            VALUE_CODEC_VERSION, flags, present, queue_id or 0, message.flag, born_ms or 0,
+            message.reconsume_times, len(topic), len(props), len(body), len(stored))
+    except struct.error:
+        raise InvalidMessageError(_out_of_range(message, topic, props)) from None
+    return header + topic + props + stored
+
+
+def _out_of_range(message: Message, topic: bytes, props: bytes) -> str:
+    """Which field does not fit its header slot (only computed on the error path)."""
+    checks = [("topic bytes", len(topic), (1, 255)), ("queue_id", message.queue_id or 0, _I32),
+              ("flag", message.flag, _I32), ("born_ms", message.born_ms or 0, _I64),
+              ("reconsume_times", message.reconsume_times, _I32),
+              ("properties bytes", len(props), (0, _U32_MAX)),
+              ("body bytes", len(message.body), (0, _U32_MAX))]
+    for name, value, (low, high) in checks:
+        if not low <= value <= high:
+            return f"{name}={value} is outside {low}..{high}"
+    return "a field does not fit the value header"
 
 
 def _corrupt(key: bytes, raw: bytes, why: str) -> CorruptRecordError:

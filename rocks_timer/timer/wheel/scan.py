@@ -14,9 +14,6 @@ from rocks_timer.timer.wheel.state import WheelState
 from rocks_timer.timer.wheel.timerlog import TimerLog
 from rocks_timer.timer.wheel.timerwheel import TimerWheel
 
-MAX_SLOTS_PER_SCAN = 2_000_000
-
-
 def _parse_after(after: str) -> tuple[int, int]:
     try:
         t_text, _, index_text = after.partition(":")
@@ -27,8 +24,10 @@ def _parse_after(after: str) -> tuple[int, int]:
 
 def scan_pending(state: WheelState, wheel: TimerWheel, timerlog: TimerLog, message_store, *,
                  from_ms: int | None, to_ms: int | None, topic: str | None, limit: int,
-                 after: str | None, max_slots: int = MAX_SLOTS_PER_SCAN) -> ScanPage:
+                 after: str | None, max_slots: int | None = None) -> ScanPage:
+    """One page; ``max_slots`` caps the slots examined (default: the whole wheel)."""
     p = state.precision_ms
+    max_slots = wheel.wheel_slots if max_slots is None else max_slots
     horizon = state.claim_time_ms + wheel.wheel_slots * p
     if after:
         t, skip = _parse_after(after)

@@ -92,6 +92,14 @@ class TimerWheel:
         elif force:
             self.put_slot(t_ms, last_pos if first_pos == IGNORE else first_pos, last_pos)
 
+    def clear_slot(self, t_ms: int) -> None:
+        """Zero the slot for t (it reads back blank)."""
+        self._check_open()
+        at = self.slot_index(t_ms) * SLOT_SIZE
+        SLOT.pack_into(self._mm, at, 0, 0, 0, 0, 0)
+        self._dirty.add(at // PAGE_SIZE)
+        self.slot_bytes_written += SLOT_SIZE
+
     def get_num(self, t_ms: int) -> int:
         return self.get_slot(t_ms).num
 
@@ -140,6 +148,18 @@ class TimerWheel:
             if mask.any():
                 best = min(best, int(view["first"][mask].min()))
         return best
+
+    def slots_pointing_past(self, t0_ms: int, end_pos: int) -> list[Slot]:
+        """Valid slots (2S from t0) whose last_pos is at or past ``end_pos``."""
+        self._check_open()
+        found = []
+        p = self.precision_ms
+        for t, view, valid in self._valid_runs(t0_ms, self.wheel_slots):
+            for i in np.flatnonzero(valid & (view["last"] >= end_pos)):
+                row = view[int(i)]
+                found.append(Slot(t + int(i) * p, int(row["first"]), int(row["last"]),
+                                  int(row["num"]), int(row["magic"])))
+        return found
 
     # -- durability ---------------------------------------------------------------------------------
     def flush(self) -> int:

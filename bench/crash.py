@@ -1,0 +1,156 @@
+"""Crash soak for the RocksDB engine: ``kill -9`` a broker in the middle of send / cancel /
+deliver, restart, and check exactly-once delivery.
+
+    python -m bench.crash --trials 200          # the soak; prints counts, writes JSON
+
+A child process runs a Broker (real clock, background delivery) and prints a line after each
+acknowledged step: ``ACK <topic> <msg_id> <handle>``, ``CANCELLING <msg_id>`` before a cancel and
+``CANCELLED <msg_id> <True|False>`` after it. The parent kills it at a random moment (seeded),
+restarts it on the same data dir, and after the last trial drains everything and checks:
+every acknowledged, uncancelled message is in its topic exactly once; no message cancelled with
+True appears; nothing appears twice.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TOPICS = ("orders", "payments")
+
+
+def child(data_dir: str, seed: int) -> None:
+    from rocks_timer import Broker, BrokerConfig, Message
+
+    rng = random.Random(seed)
+    config = BrokerConfig(timer_engine="rocksdb", timer_precision_ms=10, timer_deliver_batch=64)
+    with Broker.open(data_dir, config) as broker:
+        broker.start()
+        print("READY", flush=True)
+        handles: list[tuple[str, str]] = []
+        while True:
+            batch = [Message(rng.choice(TOPICS), os.urandom(rng.randint(10, 400)))
+                     for _ in range(rng.randint(1, 20))]
+            for r in broker.send_batch(batch, delay_ms=rng.randint(0, 300)):
+                print(f"ACK {r.topic} {r.msg_id} {r.handle}", flush=False)
+                handles.append((r.msg_id, r.handle))
+            sys.stdout.flush()
+            if handles and rng.random() < 0.3:
+                msg_id, handle = handles[rng.randrange(len(handles))]
+                print(f"CANCELLING {msg_id}", flush=True)
+                print(f"CANCELLED {msg_id} {broker.cancel(handle)}", flush=True)
+
+
+@dataclass
+class Ledger:
+    acked: dict[str, str] = field(default_factory=dict)      # msg_id -> topic
+    cancelling: set[str] = field(default_factory=set)
+    cancelled_true: set[str] = field(default_factory=set)
+    cancelled_false: set[str] = field(default_factory=set)
+
+    def read(self, text: str) -> None:
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 4 and parts[0] == "ACK":
+                self.acked[parts[2]] = parts[1]
+            elif len(parts) == 2 and parts[0] == "CANCELLING":
+                self.cancelling.add(parts[1])
+            elif len(parts) == 3 and parts[0] == "CANCELLED":
+                (self.cancelled_true if parts[2] == "True" else self.cancelled_false).add(parts[1])
+
+
+def run_trial(data_dir: Path, seed: int, ledger: Ledger, rng: random.Random) -> float:
+    proc = subprocess.Popen([sys.executable, "-m", "bench.crash", "--child", str(data_dir),
+                             "--seed", str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=Path(__file__).resolve().parent.parent)
+    started = time.monotonic()
+    assert proc.stdout is not None
+    first = proc.stdout.readline().decode()
+    if not first.startswith("READY"):
+        proc.kill()
+        raise RuntimeError(f"child did not start: {first!r} {proc.stderr.read().decode()[-2000:]}")
+    alive_s = rng.uniform(0.05, 1.2)
+    time.sleep(alive_s)
+    os.kill(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate()
+    ledger.read(out.decode(errors="replace").rsplit("\n", 1)[0])  # drop a torn last line
+    return time.monotonic() - started
+
+
+def verify(data_dir: Path, ledger: Ledger) -> dict:
+    from rocks_timer import Broker, BrokerConfig
+
+    with Broker.open(data_dir, BrokerConfig(timer_engine="rocksdb")) as broker:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            broker.tick()
+            if broker.stats()["pending"] == 0:
+                break
+            time.sleep(0.05)
+        seen: Counter[str] = Counter()
+        for topic in TOPICS:
+            offset = 0
+            while page := broker.pull(topic, 0, offset, 1000):
+                seen.update(m.msg_id for m in page)
+                offset = page[-1].queue_offset + 1
+        pending = broker.stats()["pending"]
+    must = {i for i in ledger.acked if i not in ledger.cancelled_true and i not in ledger.cancelling}
+    return {
+        "acknowledged": len(ledger.acked),
+        "cancelled_true": len(ledger.cancelled_true),
+        "cancel_unknown": len(ledger.cancelling - ledger.cancelled_true - ledger.cancelled_false),
+        "delivered": sum(seen.values()),
+        "missing": sorted(i for i in must if seen[i] == 0),
+        "duplicated": sorted(i for i, n in seen.items() if n > 1),
+        "cancelled_but_delivered": sorted(i for i in ledger.cancelled_true if seen[i]),
+        "left_pending": pending,
+    }
+
+
+def soak(data_dir: Path, trials: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    ledger = Ledger()
+    started = time.monotonic()
+    for trial in range(trials):
+        run_trial(data_dir, seed * 100_003 + trial, ledger, rng)
+    report = verify(data_dir, ledger)
+    report.update(trials=trials, seed=seed, seconds=round(time.monotonic() - started, 1))
+    report["ok"] = not (report["missing"] or report["duplicated"]
+                        or report["cancelled_but_delivered"] or report["left_pending"])
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.crash", description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/crash.json"))
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child, args.seed)
+        return 0
+    import tempfile
+    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="rtimer-crash-", dir="."))
+    report = soak(data_dir, args.trials, args.seed)
+    summary = {k: (len(v) if isinstance(v, list) else v) for k, v in report.items()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    if args.data_dir is None:
+        import shutil
+        shutil.rmtree(data_dir, ignore_errors=True)
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The operations behind the commands, shared by the direct path and the running broker's socket.
+
+Each operation takes an open :class:`~rocks_timer.Broker` and JSON arguments, makes the library
+call and returns a JSON document. ``rtimer send`` on its own and ``rtimer send`` talking to
+``rtimer run`` therefore run the same code and print the same output.
+"""
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any, Callable
+
+from rocks_timer import Broker, InvalidMessageError, Message
+from rocks_timer.timer.handles import TOPIC_PATTERN, decode_handle
+
+from cli.offsets import ConsumerOffsets
+
+SCAN_PAGE = 1_000
+STATS_PENDING_LIMIT = 200_000  # entries walked to count pending per topic
+MAX_TICKS = 10_000
+
+
+def check_topic(topic: str) -> str:
+    if not TOPIC_PATTERN.match(topic):
+        raise InvalidMessageError(f"topic {topic!r} is invalid; it must match "
+                                  "^[%|a-zA-Z0-9_-]{1,127}$")
+    return topic
+
+
+def message_dict(msg: Message) -> dict[str, Any]:
+    """A pulled message as JSON: ``body`` is the UTF-8 text, or, when the body is not UTF-8,
+    ``body`` is the text with replacement characters and ``body_base64`` holds the bytes."""
+    out: dict[str, Any] = {
+        "msg_id": msg.msg_id, "topic": msg.topic, "queue_id": msg.queue_id,
+        "queue_offset": msg.queue_offset, "commitlog_offset": msg.commitlog_offset,
+        "born_ms": msg.born_ms, "store_ms": msg.store_ms, "tags": msg.tags,
+        "keys": list(msg.keys), "properties": dict(msg.properties)}
+    try:
+        out["body"] = msg.body.decode("utf-8")
+    except UnicodeDecodeError:
+        out["body"] = msg.body.decode("utf-8", errors="replace")
+        out["body_base64"] = base64.b64encode(msg.body).decode("ascii")
+    return out
+
+
+def send(broker: Broker, data_dir: Path, *, topic: str, body: str, delay_ms: int | None = None,
+         deliver_at_ms: int | None = None, delay_level: int | None = None, tags: str | None = None,
+         keys: list[str] | None = None, properties: dict[str, str] | None = None,
+         count: int = 1) -> list[dict[str, Any]]:
+    messages = [Message(topic=topic, body=body.encode("utf-8"), tags=tags, keys=tuple(keys or ()),
+                        properties=dict(properties or {})) for _ in range(count)]
+    results = broker.send_batch(messages, delay_ms=delay_ms, deliver_at_ms=deliver_at_ms,
+                                delay_level=delay_level)
+    return [{"msg_id": r.msg_id, "handle": r.handle, "deliver_at_ms": r.deliver_at_ms,
+             "topic": r.topic, "queue_id": r.queue_id, "route": r.route} for r in results]
+
+
+def scan(broker: Broker, data_dir: Path, *, from_ms: int | None = None, to_ms: int | None = None,
+         topic: str | None = None, limit: int = 100) -> dict[str, Any]:
+    """Up to ``limit`` pending entries in due order (an engine page may come back short, so
+    pages are followed until the limit or the end)."""
+    if topic is not None:
+        check_topic(topic)
+    entries: list[dict[str, Any]] = []
+    after = None
+    while len(entries) < limit:
+        page = broker.scan(from_ms=from_ms, to_ms=to_ms, topic=topic,
+                           limit=min(SCAN_PAGE, limit - len(entries)), after=after)
+        entries.extend({"deliver_at_ms": e.deliver_at_ms, "topic": e.topic, "msg_id": e.msg_id,
+                        "handle": e.handle, "size": e.size, "queue_id": e.queue_id,
+                        "tags": e.tags} for e in page)
+        after = page.next_after
+        if after is None:
+            break
+    return {"entries": entries, "more": after is not None}
+
+
+def cancel(broker: Broker, data_dir: Path, *, handles: list[str]) -> list[dict[str, Any]]:
+    for handle in handles:  # a malformed handle stops the command before anything is cancelled
+        decode_handle(handle)
+    return [{"handle": h, "cancelled": broker.cancel(h)} for h in handles]
+
+
+def deliver_due(broker: Broker) -> int:
+    """Without a running broker nobody delivers: run ticks until nothing more is due."""
+    total = 0
+    for _ in range(MAX_TICKS):
+        moved = broker.tick()
+        total += moved
+        if not moved:
+            break
+    return total
+
+
+def consume(broker: Broker, data_dir: Path, *, topic: str, group: str, queue_id: int = 0,
+            max_messages: int = 32, deliver: bool = False) -> dict[str, Any]:
+    """Pull from the group's remembered offset and remember the next one."""
+    check_topic(topic)
+    if deliver:
+        deliver_due(broker)
+    offsets = ConsumerOffsets(data_dir)
+    offset = offsets.get(topic, group, queue_id)
+    queue = broker.messages.consume_queue(topic, queue_id)
+    if queue is not None and offset < queue.min_offset:
+        offset = queue.min_offset  # the oldest messages expired with their CommitLog segment
+    messages = broker.pull(topic, queue_id, offset, max_messages)
+    next_offset = messages[-1].queue_offset + 1 if messages else offset
+    offsets.commit(topic, group, queue_id, next_offset)
+    return {"topic": topic, "group": group, "queue_id": queue_id, "offset": offset,
+            "next_offset": next_offset, "messages": [message_dict(m) for m in messages]}
+
+
+def stats(broker: Broker, data_dir: Path) -> dict[str, Any]:
+    """``Broker.stats()`` plus pending counts per topic (from scan pages, bounded)."""
+    figures = broker.stats()
+    per_topic: dict[str, int] = {}
+    walked = 0
+    after = None
+    while walked < STATS_PENDING_LIMIT:
+        page = broker.scan(limit=SCAN_PAGE, after=after)
+        for entry in page:
+            per_topic[entry.topic] = per_topic.get(entry.topic, 0) + 1
+        walked += len(page)
+        after = page.next_after
+        if after is None:
+            break
+    figures["pending_by_topic"] = dict(sorted(per_topic.items()))
+    figures["pending_by_topic_complete"] = after is None
+    figures["data_dir"] = str(data_dir)
+    return figures
+
+
+def compact(broker: Broker, data_dir: Path) -> dict[str, Any]:
+    """Manual compaction of the timer store, if the engine has one."""
+    timer = broker.timer
+    profile = getattr(timer, "profile", None)
+    run = getattr(timer, "compact", None)
+    if run is None:
+        return {"engine": timer.name, "profile": profile, "compacted": False}
+    return {"engine": timer.name, "profile": profile, "compacted": True, **run()}
+
+
+OPS: dict[str, Callable[..., Any]] = {
+    "send": send, "scan": scan, "cancel": cancel, "consume": consume, "stats": stats,
+    "compact": compact,
+}

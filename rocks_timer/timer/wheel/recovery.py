@@ -1,0 +1,85 @@
+"""Recovery on open: revise the wheel from the TimerLog tail, truncate torn units, pick offsets.
+
+RocketMQ's load/recover: rescan from one segment before the checkpoint's flush position,
+revising each unit's slot so last_pos is its newest unit; cut the log at the first unit whose
+size is not 52 or whose magic is bad; restart the enqueue from the smaller of the last unit's
+queue offset + 1 and the checkpoint's; never look back further than the wheel can hold.
+"""
+from __future__ import annotations
+
+import logging
+
+from rocks_timer.errors import CorruptRecordError
+from rocks_timer.message import WHEEL_TIMER_TOPIC
+from rocks_timer.timer.wheel.layouts import Checkpoint, LONG_MAX
+from rocks_timer.timer.wheel.state import WheelState
+from rocks_timer.timer.wheel.timerlog import TimerLog
+from rocks_timer.timer.wheel.timerwheel import IGNORE, TimerWheel
+
+log = logging.getLogger(__name__)
+REPLAY_SKIP_WINDOW = 1 << 20  # bytes of TimerLog before the flush point whose units dedupe replay
+
+
+def recover(state: WheelState, wheel: TimerWheel, timerlog: TimerLog, message_store,
+            checkpoint: Checkpoint, existed: bool, now_ms: int, blank_slots: int) -> dict:
+    p = state.precision_ms
+    floor_now = state.floor(now_ms)
+    if existed:
+        read_time = max(checkpoint.read_time_ms, floor_now - (state.slots_total - blank_slots) * p)
+    else:
+        read_time = floor_now
+    pos0 = max(0, checkpoint.flush_pos - timerlog.segment_size)
+    skip_from = max(pos0, checkpoint.flush_pos - REPLAY_SKIP_WINDOW)
+    last = None
+    scanned = revised = 0
+    skip: set[int] = set()
+    for pos, unit in timerlog.scan_units(pos0):
+        scanned += 1
+        last = unit
+        if pos >= skip_from:
+            skip.add(unit.commitlog_offset)
+        if unit.slot_ms >= read_time:  # older slots are done; never touch them
+            wheel.revise_slot(unit.slot_ms, IGNORE, pos, force=True)
+            revised += 1
+    end = timerlog.scan_end
+    truncated = timerlog.truncate(end)
+    cleared = 0
+    if truncated:
+        log.warning("wheel recovery: truncated %d torn bytes of the timerlog at %d", truncated, end)
+        min_first = wheel.check_phy_pos(read_time, end - 1)
+        if min_first < end:
+            for pos, unit in timerlog.scan_units(min_first):
+                if unit.slot_ms >= read_time:
+                    wheel.revise_slot(unit.slot_ms, IGNORE, pos, force=False)
+        for slot in wheel.slots_pointing_past(read_time, end):
+            wheel.clear_slot(slot.time_ms)  # every unit of it was torn off
+            cleared += 1
+
+    cq = message_store.consume_queue(WHEEL_TIMER_TOPIC, 0)
+    last_unit_offset = None
+    if last is not None and cq is not None:
+        try:
+            msg = message_store.get_message(last.commitlog_offset, last.record_size)
+            entry = cq.get(msg.queue_offset) if msg.queue_offset is not None else None
+            if entry is not None and entry.commitlog_offset == last.commitlog_offset:
+                last_unit_offset = msg.queue_offset + 1
+        except (KeyError, CorruptRecordError) as exc:
+            log.warning("wheel recovery: last unit's message unreadable: %s", exc)
+    queue_offset = checkpoint.queue_offset
+    if last_unit_offset is not None:
+        queue_offset = min(queue_offset, last_unit_offset)
+    if cq is None:
+        queue_offset = 0
+    else:
+        queue_offset = min(max(queue_offset, cq.min_offset), cq.max_offset)
+
+    state.read_time_ms = state.claim_time_ms = state.write_time_ms = read_time
+    state.queue_offset = queue_offset
+    state.replay_end = max(last_unit_offset or 0, checkpoint.master_queue_offset)
+    state.replay_skip = skip if queue_offset < state.replay_end else set()
+    return {"pos0": pos0, "scanned_units": scanned, "revised_slots": revised,
+            "truncated_bytes": truncated, "cleared_slots": cleared,
+            "queue_offset": queue_offset, "read_time_ms": read_time,
+            "last_unit_queue_offset": last_unit_offset if last_unit_offset is not None else -1,
+            "checkpoint_existed": existed, "lookback_floor_ms": floor_now - (
+                state.slots_total - blank_slots) * p if existed else LONG_MAX}

@@ -1,0 +1,26 @@
+"""Helpers shared by the engine tests: drive simulated time, collect deliveries."""
+from __future__ import annotations
+
+ENGINES = ["memory", "rocksdb", "wheel"]
+DURABLE_ENGINES = ["rocksdb", "wheel"]
+
+
+def drive(broker, clock, until_ms: int, step_ms: int = 100) -> int:
+    """Advance the manual clock to ``until_ms`` in steps, ticking at each; returns deliveries."""
+    delivered = broker.tick()
+    while clock.now_ms() < until_ms:
+        clock.advance(min(step_ms, until_ms - clock.now_ms()))
+        delivered += broker.tick()
+    for _ in range(5):  # let asynchronous puts land
+        delivered += broker.tick()
+    return delivered
+
+
+def pulled(broker, topic: str, queue_id: int = 0) -> list:
+    out, offset = [], 0
+    while True:
+        page = broker.pull(topic, queue_id, offset, 1000)
+        if not page:
+            return out
+        out.extend(page)
+        offset = page[-1].queue_offset + 1

@@ -1,0 +1,310 @@
+"""The file wheel's on-disk pieces: layouts, TimerWheel, TimerLog, checkpoint (RocketMQ §2.3-2.5)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from rocks_timer.errors import ConfigError
+from rocks_timer.timer.wheel.checkpoint import TimerCheckpointFile, TimerMetricsFile, check_format
+from rocks_timer.timer.wheel.layouts import (BLANK, BLANK_MAGIC, CHECKPOINT, CHECKPOINT_SIZE,
+                                             LONG_MAX, MAGIC_DEFAULT, MAGIC_DELETE, MAGIC_ROLL,
+                                             MIN_BLANK_LEN, SLOT, SLOT_SIZE, UNIT, UNIT_SIZE,
+                                             Checkpoint, Unit, effective_roll_window,
+                                             is_magic_ok, java_string_hash, slots_total_for,
+                                             snap_precision, timer_out_ms)
+from rocks_timer.timer.wheel.timerlog import TimerLog
+from rocks_timer.timer.wheel.timerwheel import IGNORE, TimerWheel
+
+
+# -- layouts -----------------------------------------------------------------------------------
+def test_layout_sizes():
+    assert SLOT.size == SLOT_SIZE == 32
+    assert UNIT.size == UNIT_SIZE == 52
+    assert BLANK.size == MIN_BLANK_LEN == 16
+    assert CHECKPOINT.size == CHECKPOINT_SIZE == 56
+
+
+def test_unit_field_offsets_match_rocketmq():
+    unit = Unit(52, 7, MAGIC_ROLL | MAGIC_DEFAULT, 1000, 2000, 123456, 99, -5)
+    raw = unit.pack()
+    assert raw[0:4] == (52).to_bytes(4, "big")
+    assert raw[4:12] == (7).to_bytes(8, "big")
+    assert raw[12:16] == (3).to_bytes(4, "big")
+    assert raw[16:24] == (1000).to_bytes(8, "big")
+    assert raw[24:28] == (2000).to_bytes(4, "big")
+    assert raw[28:36] == (123456).to_bytes(8, "big")  # UNIT_PRE_SIZE_FOR_MSG = 28
+    assert raw[36:40] == (99).to_bytes(4, "big")
+    assert raw[40:44] == (-5).to_bytes(4, "big", signed=True)  # UNIT_PRE_SIZE_FOR_METRIC = 40
+    assert raw[44:52] == bytes(8)
+    assert Unit.unpack(raw) == unit and unit.slot_ms == 3000
+
+
+def test_magic_values_and_check():  # behaviour 62
+    assert (MAGIC_DEFAULT, MAGIC_ROLL, MAGIC_DELETE) == (1, 2, 4)
+    assert all(is_magic_ok(m) for m in range(16))
+    assert not is_magic_ok(16) and not is_magic_ok(-1)
+
+
+def test_blank_magic_is_the_commitlog_one():
+    assert BLANK_MAGIC == 0xCBD43194
+    assert BLANK.unpack(BLANK.pack(100, 0, BLANK_MAGIC))[2] - (1 << 32) == -875286124
+
+
+@pytest.mark.parametrize("given,snapped", [(0, 100), (50, 100), (199, 100), (200, 200),
+                                           (499, 200), (500, 500), (999, 500), (1000, 1000),
+                                           (5000, 1000)])
+def test_precision_snaps(given, snapped):  # behaviour 33
+    assert snap_precision(given) == snapped
+
+
+def test_timer_out_rounding():  # behaviour 34
+    assert timer_out_ms(5000, 1000) == 4000
+    assert timer_out_ms(5500, 1000) == 5000
+    assert timer_out_ms(5999, 1000) == 5000
+
+
+def test_java_hash():
+    assert java_string_hash("TagA") == 2598919
+    assert java_string_hash("") == 0
+    assert java_string_hash("hello world, a long topic") == \
+        _java_reference("hello world, a long topic")
+
+
+def _java_reference(text: str) -> int:
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def test_roll_window_defaults_and_bounds():  # behaviour 67
+    s = slots_total_for(1000)
+    assert s == 604_800
+    assert effective_roll_window(None, 1000, s) == 172_800
+    assert effective_roll_window(1, 1000, s) == 604_740
+    assert effective_roll_window(604_741, 1000, s) == 604_740
+    assert effective_roll_window(2, 1000, s) == 2
+
+
+# -- TimerWheel ---------------------------------------------------------------------------------
+P = 500
+S = 30
+
+
+@pytest.fixture
+def wheel(tmp_path):
+    w = TimerWheel(tmp_path / "timerwheel", S, P)
+    yield w
+    w.close()
+
+
+def _t(offset_slots: int = 1) -> int:
+    return 1_700_000_000_000 // P * P + offset_slots * P
+
+
+def test_slot_index():  # behaviour 47
+    w_slots = 2 * slots_total_for(1000)
+    assert (1_209_600_000 // 1000) % w_slots == 0
+
+
+def test_wheel_file_size_and_reopen_mismatch(tmp_path):  # behaviour 48
+    w = TimerWheel(tmp_path / "timerwheel", 604_800, 1000)
+    assert os.path.getsize(tmp_path / "timerwheel") == 38_707_200
+    assert w.slot_index(1_209_600_000) == 0
+    w.close()
+    st = os.stat(tmp_path / "timerwheel")
+    assert st.st_blocks * 512 < 38_707_200 // 4  # sparse: never written as a whole image
+    with pytest.raises(ConfigError):
+        TimerWheel(tmp_path / "timerwheel", 604_801, 1000)
+
+
+def test_blank_then_put_get(wheel, tmp_path):  # behaviours 49-51
+    t = _t()
+    assert wheel.get_slot(t) == (-1, -1, -1, 0, 0)
+    wheel.put_slot(t, 1, 2, 3, 4)
+    assert wheel.get_slot(t) == (t, 1, 2, 3, 4)
+    assert wheel.get_slot(t + 2 * S * P) == (-1, -1, -1, 0, 0)  # same index, another round
+    assert wheel.get_raw_slot(t).time_ms == t
+    raw = open(tmp_path / "timerwheel", "rb").read()
+    at = wheel.slot_index(t) * 32
+    assert int.from_bytes(raw[at:at + 8], "big") == t // P  # time / p in bytes 0-7
+    wheel.put_slot(t, 5, 6)  # three-argument form keeps num and magic
+    assert wheel.get_slot(t) == (t, 5, 6, 3, 4)
+    assert wheel.flush() == 2 * S * 32  # one (partial) page: the whole 60-slot file
+    wheel.close()
+    again = TimerWheel(tmp_path / "timerwheel", S, P)
+    assert again.get_slot(t) == (t, 5, 6, 3, 4)
+    again.close()
+
+
+def test_get_num_and_all_num(wheel):  # behaviour 52
+    t = _t()
+    wheel.put_slot(t, 1, 2, 3, 0)
+    assert wheel.get_all_num(t) == 3
+    wheel.put_slot(t + 5 * P, 1, 2, 7, 0)
+    assert wheel.get_num(t) == 3 and wheel.get_num(t + 5 * P) == 7
+    assert wheel.get_all_num(t) == 10
+
+
+def test_check_phy_pos(wheel):  # behaviour 53
+    t = _t()
+    wheel.put_slot(t, 1, 100)
+    wheel.put_slot(t + 5 * P, 2, 200)
+    wheel.put_slot(t + 10 * P, 3, 300)
+    assert [wheel.check_phy_pos(t, x) for x in (50, 100, 200, 300, 400)] == \
+        [1, 2, 3, LONG_MAX, LONG_MAX]
+    assert [wheel.check_phy_pos(t + 5 * P, x) for x in (50, 100, 200, 300, 400)] == \
+        [2, 2, 3, LONG_MAX, LONG_MAX]
+
+
+def test_revise_slot(wheel):  # behaviours 54-55
+    t = _t(3)
+    wheel.put_slot(t, 1, 2)
+    wheel.revise_slot(t + 5 * P, IGNORE, 4, force=False)
+    assert wheel.get_slot(t)[1:3] == (1, 2)
+    assert wheel.get_slot(t + 5 * P).time_ms == -1
+    wheel.revise_slot(t, IGNORE, 4, force=False)
+    assert wheel.get_slot(t)[1:3] == (1, 4)
+    wheel.revise_slot(t, 3, IGNORE, force=False)
+    assert wheel.get_slot(t)[1:3] == (3, 4)
+    later = t + 2 * S * P
+    wheel.revise_slot(later, IGNORE, 5, force=True)
+    assert wheel.get_raw_slot(t)[:3] == (later, 5, 5)
+
+
+def test_next_busy_slot_wraps(wheel):
+    t = _t()
+    assert wheel.next_busy_slot(t, t + 100 * P) is None
+    target = t + 45 * P  # crosses the end of the 60-slot file
+    wheel.put_slot(target, 1, 1, 1, 0)
+    assert wheel.next_busy_slot(t, t + 100 * P) == target
+    assert wheel.next_busy_slot(t, target) is None
+
+
+def test_flush_counts_only_dirty_pages(tmp_path):
+    w = TimerWheel(tmp_path / "timerwheel", 604_800, 1000)
+    t = 1_700_000_000_000
+    for i in range(10):
+        w.put_slot(t + i * 1000, i, i, 1, 0)  # ten adjacent slots: one page
+    w.put_slot(t + 100_000 * 1000, 1, 1, 1, 0)  # far away: another page
+    assert w.flush() == 2 * 4096
+    assert w.flush() == 0
+    w.close()
+
+
+# -- TimerLog -------------------------------------------------------------------------------------
+def _unit(commitlog_offset: int = 1000) -> bytes:
+    return Unit(52, -1, MAGIC_DEFAULT, 0, 0, commitlog_offset, 10, 0).pack()
+
+
+def test_timerlog_append_offsets_and_files(tmp_path):  # behaviour 57
+    log = TimerLog(tmp_path / "timerlog", 1024)
+    offsets = [log.append(_unit()) for _ in range(10)]
+    assert offsets == [i * 52 for i in range(10)]
+    for _ in range(100):
+        last = log.append(_unit())
+    assert len(log.segment_starts()) == 6
+    assert log.read(last, 4) == (52).to_bytes(4, "big")
+    assert sum(1 for _ in log.scan_units(0)) == 110
+    assert log.last_unit_offset() == 936  # behaviour 59
+    assert sorted(os.listdir(tmp_path / "timerlog"))[1] == f"{1024:020d}"
+    log.close()
+
+
+def test_timerlog_delete_expired_keeps_last(tmp_path):  # behaviour 59
+    log = TimerLog(tmp_path / "timerlog", 1024)
+    for _ in range(110):
+        log.append(_unit(1000))
+    assert log.delete_expired(1000) == 0  # offsetPy 1000 is not below 1000
+    assert log.delete_expired(1024) == 5
+    assert len(log.segment_starts()) == 1
+    log.close()
+
+
+def test_timerlog_blank_and_recovery(tmp_path):  # behaviour 58
+    log = TimerLog(tmp_path / "timerlog", 1024)
+    assert log.append(b"a" * 512) == 0
+    assert log.append(b"b" * 510) == 1024  # 526 > 512 left: blank, next file
+    assert log.append(b"Hello Recovery") == 1534
+    raw = (tmp_path / "timerlog" / f"{0:020d}").read_bytes()
+    assert BLANK.unpack_from(raw, 512) == (512, 0, BLANK_MAGIC)
+    log.close()
+    again = TimerLog(tmp_path / "timerlog", 1024)
+    assert len(again.segment_starts()) == 2
+    assert again.read(1534, 14) == b"Hello Recovery"
+    again.close()
+
+
+def test_timerlog_scan_stops_at_torn_unit_and_truncates(tmp_path):  # behaviour 90
+    log = TimerLog(tmp_path / "timerlog", 1024)
+    for _ in range(25):  # 19 in the first file, 6 in the second
+        log.append(_unit())
+    log.close()
+    second = tmp_path / "timerlog" / f"{1024:020d}"
+    with open(second, "r+b") as f:
+        f.seek(3 * 52)
+        f.write((51).to_bytes(4, "big"))  # unit 22: size != 52
+    log = TimerLog(tmp_path / "timerlog", 1024)
+    units = list(log.scan_units(0))
+    assert len(units) == 22 and log.scan_end == 1024 + 3 * 52
+    assert log.truncate(log.scan_end) == 3 * 52
+    assert log.max_offset == 1024 + 3 * 52
+    assert log.append(_unit()) == 1024 + 3 * 52
+    log.close()
+
+
+def test_timerlog_scan_stops_at_bad_magic(tmp_path):
+    log = TimerLog(tmp_path / "timerlog", 4096)
+    for _ in range(5):
+        log.append(_unit())
+    log.append(Unit(52, -1, 16, 0, 0, 0, 0, 0).pack())
+    log.append(_unit())
+    assert len(list(log.scan_units(0))) == 5 and log.scan_end == 5 * 52
+    log.close()
+
+
+def test_timerlog_segment_size_mismatch(tmp_path):
+    log = TimerLog(tmp_path / "timerlog", 4096)
+    for _ in range(20):
+        log.append(_unit())
+    log.close()
+    with pytest.raises(ConfigError):
+        TimerLog(tmp_path / "timerlog", 512)
+
+
+# -- checkpoint and metrics ---------------------------------------------------------------------
+def test_checkpoint_new_file_reads_zero(tmp_path):  # behaviour 60
+    cp = TimerCheckpointFile(tmp_path / "config" / "timercheck").load()
+    assert (cp.read_time_ms, cp.flush_pos, cp.queue_offset, cp.master_queue_offset) == (0, 0, 0, 0)
+    assert cp.state_version == 0 and cp.counter == 0
+
+
+def test_checkpoint_round_trip(tmp_path):  # behaviour 61
+    path = tmp_path / "config" / "timercheck"
+    cp = Checkpoint(1000, 1100, 1200, 1300, 1400, 1500, 1600)
+    f = TimerCheckpointFile(path)
+    f.save(cp)
+    assert f.bytes_written == 56 and path.stat().st_size == 56
+    assert TimerCheckpointFile(path).load() == cp
+    assert Checkpoint.decode(cp.encode()) == cp
+    assert path.read_bytes()[:8] == (1000).to_bytes(8, "big")
+    legacy = Checkpoint.decode(cp.encode()[:32])
+    assert legacy == Checkpoint(1000, 1100, 1200, 1300)
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_metrics_round_trip_and_bak(tmp_path):
+    f = TimerMetricsFile(tmp_path / "timermetrics")
+    f.save({"AAA": 1000, "BBB": 2000}, 5, 1)
+    f.save({"AAA": 1, "BBB": 2}, 6, 2)
+    assert TimerMetricsFile(tmp_path / "timermetrics").load() == {"AAA": 1, "BBB": 2}
+    (tmp_path / "timermetrics").write_text("not json")
+    assert TimerMetricsFile(tmp_path / "timermetrics").load() == {"AAA": 1000, "BBB": 2000}
+
+
+def test_format_file_refuses_other_settings(tmp_path):
+    check_format(tmp_path / "format.json", {"precision_ms": 100})
+    check_format(tmp_path / "format.json", {"precision_ms": 100})
+    with pytest.raises(ConfigError, match="precision_ms"):
+        check_format(tmp_path / "format.json", {"precision_ms": 1000})
