@@ -3,7 +3,7 @@
     python -m bench.wheel [--messages 50000] [--rate 2000] [--seconds 10] [--out bench/results/wheel.json]
 
 Throughput runs under a manual clock (time does not pass, only work is measured). Lateness runs
-under the real clock with a steady stream of messages due 0.5-3 s after sending; lateness is
+under the real clock with a steady stream of messages due 0.5-3 s (default) after sending; lateness is
 (CommitLog store time of the delivered copy) - (requested deliver time), and must never be < 0.
 """
 from __future__ import annotations
@@ -82,7 +82,8 @@ def throughput(root: Path, messages: int, body_size: int, seed: int) -> dict:
     }
 
 
-def lateness(root: Path, rate: int, seconds: float, seed: int) -> dict:
+def lateness(root: Path, rate: int, seconds: float, seed: int,
+             delay_ms: tuple[int, int] = (500, 3000)) -> dict:
     rng = random.Random(seed)
     config = BrokerConfig(timer_engine="wheel", timer_flush_interval_ms=1000)
     clock = SystemClock()
@@ -96,7 +97,7 @@ def lateness(root: Path, rate: int, seconds: float, seed: int) -> dict:
         now = clock.now_ms()
         if now < end_send:
             target = (now - begin) * rate // 1000
-            records = [TimerRecord(now + rng.randint(500, 3000), Message(topic="Lat", body=b"l"))
+            records = [TimerRecord(now + rng.randint(*delay_ms), Message(topic="Lat", body=b"l"))
                        for _ in range(max(0, target - sent))]
             if records:
                 records = [TimerRecord(r.due_ms, r.message.with_properties(
@@ -118,7 +119,7 @@ def lateness(root: Path, rate: int, seconds: float, seed: int) -> dict:
     def pct(q: float) -> int | None:
         return late[min(len(late) - 1, int(q * len(late)))] if late else None
 
-    return {"rate_per_s": rate, "seconds": seconds, "sent": sent, "delivered": len(late),
+    return {"rate_per_s": rate, "seconds": seconds, "delay_ms": list(delay_ms), "sent": sent, "delivered": len(late),
             "precision_ms": wheel.precision_ms,
             "lateness_ms": {"p50": pct(0.50), "p99": pct(0.99), "max": late[-1] if late else None,
                             "mean": round(statistics.fmean(late), 1) if late else None},
@@ -132,6 +133,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--min-delay-ms", type=int, default=500)
+    parser.add_argument("--max-delay-ms", type=int, default=3000)
     parser.add_argument("--out", type=Path, default=Path("bench/results/wheel.json"))
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="where to put the stores (default: a temp dir; use a real disk)")
@@ -140,7 +143,8 @@ def main(argv: list[str] | None = None) -> dict:
         root = Path(tmp)
         result = {"engine": "wheel",
                   "throughput": throughput(root / "tp", args.messages, args.body_size, args.seed),
-                  "lateness": lateness(root / "lat", args.rate, args.seconds, args.seed)}
+                  "lateness": lateness(root / "lat", args.rate, args.seconds, args.seed,
+                                      (args.min_delay_ms, args.max_delay_ms))}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     tp, lat = result["throughput"], result["lateness"]

@@ -10,7 +10,7 @@ import click
 from cli import ops, render
 from cli.durations import (DURATION_HELP, TIME_HELP, InputError, parse_bound_ms,
                            parse_duration_ms, parse_time_ms)
-from cli.main import Settings, call
+from cli.session import Settings, call
 from cli.remote import BrokerClient, BrokerSocketServer
 
 BODY_RULE = ("Bodies print as UTF-8 text; in --json, `body` is the text and, when the body is "
@@ -160,10 +160,10 @@ def _follow(settings: Settings, args: dict[str, Any], as_json: bool) -> None:
     settings.require_data_dir()
     ops.check_topic(args["topic"])
     # Nobody runs the data dir: run the broker here, and serve other commands meanwhile.
-    with settings.open_broker() as broker, BrokerSocketServer(broker, settings.data_dir):
+    with settings.open_broker() as broker, BrokerSocketServer(broker, settings.data_dir) as server:
         broker.start()
         while True:
-            result = json.loads(json.dumps(ops.consume(broker, settings.data_dir, **args)))
+            result = server.run_op("consume", args)
             _print_lines(result, as_json)
             if not result["messages"]:
                 time.sleep(FOLLOW_POLL_S)

@@ -43,6 +43,13 @@ class ConsumerOffsets:
         with self._lock:
             return self._load().get(f"{topic}@{group}", {}).get(str(queue_id), 0)
 
+    def table(self) -> dict[tuple[str, str, int], int]:
+        """Every remembered offset as {(topic, group, queue id): next offset}."""
+        with self._lock:
+            loaded = self._load()
+        return {(*key.rsplit("@", 1), int(q)): o for key, queues in loaded.items()  # type: ignore
+                for q, o in queues.items() if "@" in key}
+
     def commit(self, topic: str, group: str, queue_id: int, next_offset: int) -> None:
         with self._lock:
             table = self._load()

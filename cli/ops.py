@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rocks_timer import Broker, InvalidMessageError, Message
+from rocks_timer.message import is_system_topic
 from rocks_timer.timer.handles import TOPIC_PATTERN, decode_handle
 
 from cli.offsets import ConsumerOffsets
@@ -127,6 +128,16 @@ def stats(broker: Broker, data_dir: Path) -> dict[str, Any]:
     figures["pending_by_topic"] = dict(sorted(per_topic.items()))
     figures["pending_by_topic_complete"] = after is None
     figures["data_dir"] = str(data_dir)
+    queues = {(q.topic, q.queue_id): q for q in broker.messages.queues.all()
+              if not is_system_topic(q.topic)}
+    figures["topics"] = {f"{topic}/{qid}": {"min_offset": q.min_offset, "max_offset": q.max_offset}
+                         for (topic, qid), q in sorted(queues.items())}
+    figures["consumer_lag"] = [
+        {"group": group, "topic": topic, "queue_id": qid, "next_offset": offset,
+         "max_offset": queues[(topic, qid)].max_offset if (topic, qid) in queues else 0,
+         "lag": max(0, (queues[(topic, qid)].max_offset if (topic, qid) in queues else 0)
+                    - offset)}
+        for (topic, group, qid), offset in sorted(ConsumerOffsets(data_dir).table().items())]
     return figures
 
 

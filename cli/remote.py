@@ -75,16 +75,19 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
         os.chmod(self.path, 0o600)
         self._thread: threading.Thread | None = None
 
+    def run_op(self, name: str, args: dict[str, Any]) -> Any:
+        """Run one op of :data:`cli.ops.OPS` (one at a time) and return its JSON document."""
+        op = ops.OPS.get(name)
+        if op is None:
+            raise RemoteError(f"unknown op {name!r}; known: {', '.join(ops.OPS)}")
+        with self._op_lock:
+            result = op(self.broker, self.data_dir, **args)
+        return json.loads(json.dumps(result, default=str))
+
     def answer(self, line: bytes) -> dict[str, Any]:
         try:
             request = json.loads(line)
-            op = ops.OPS.get(request.get("op"))
-            if op is None:
-                raise RemoteError(f"unknown op {request.get('op')!r}; known: {', '.join(ops.OPS)}")
-            args = request.get("args") or {}
-            with self._op_lock:
-                result = op(self.broker, self.data_dir, **args)
-            return {"ok": True, "result": json.loads(json.dumps(result, default=str))}
+            return {"ok": True, "result": self.run_op(request.get("op"), request.get("args") or {})}
         except (RocksTimerError, ValueError, TypeError) as exc:
             return {"ok": False, "error": {"type": type(exc).__name__, "message": str(exc)}}
         except Exception as exc:  # noqa: BLE001 - the server answers, it does not die

@@ -76,37 +76,42 @@ def size(n: int | None) -> str:
 
 def stats(figures: dict[str, Any]) -> None:
     timer = figures["timer"]
-    click.echo(f"data dir     {figures['data_dir']}")
-    click.echo(f"engine       {figures['engine']}"
-               + (f" (profile {timer['profile']})" if timer.get("profile") else ""))
-    more = "" if figures["pending_by_topic_complete"] else " (per-topic counts cut short)"
-    click.echo(f"pending      {figures['pending']}{more}")
-    for topic, count in figures["pending_by_topic"].items():
-        click.echo(f"  {topic:<24} {count}")
+    profile = f" (profile {timer['profile']})" if timer.get("profile") else ""
+    cut = "" if figures["pending_by_topic_complete"] else " (per-topic counts cut short)"
+    lines = [("data dir", figures["data_dir"]),
+             ("engine", f"{figures['engine']}{profile}"),
+             ("pending", f"{figures['pending']} timer messages, lag {figures['lag_ms']} ms{cut}")]
+    lines += [("", f"{topic:<24} {count}") for topic, count in figures["pending_by_topic"].items()]
+    lines += [("stored", f"{name:<24} offsets {q['min_offset']}..{q['max_offset']}")
+              for name, q in figures["topics"].items()]
+    lines += [("consumer", f"{c['group']} on {c['topic']}/{c['queue_id']}: next "
+                           f"{c['next_offset']} of {c['max_offset']}, lag {c['lag']}")
+              for c in figures["consumer_lag"]]
     sent_counts = figures["sent"]
-    click.echo("sent         " + ", ".join(f"{k} {v}" for k, v in sent_counts.items())
-               + "  (by this broker process)")
-    click.echo(f"delivered    {figures['delivered']} timer"
-               + (f", {figures['levels'].get('delivered', 0)} level"
-                  if figures.get("levels") else "") + "  (by this broker process)")
-    click.echo(f"cancelled    {figures['cancelled']}  (by this broker process)")
-    click.echo(f"in flight    {figures['in_flight']}   failed puts {figures['failed_puts']}")
-    click.echo(f"lag          {figures['lag_ms']} ms (oldest pending message past its due time)")
-    click.echo("timer bytes  " + ", ".join(f"{k} {size(v)}"
-                                          for k, v in timer["bytes_written"].items()))
+    level_delivered = (figures.get("levels") or {}).get("delivered", 0)
+    lines.append(("this process", f"sent {sent_counts['immediate']} immediate / "
+                                  f"{sent_counts['level']} level / {sent_counts['timer']} timer; "
+                                  f"delivered {figures['delivered']} timer / {level_delivered} "
+                                  f"level; cancelled {figures['cancelled']}; in flight "
+                                  f"{figures['in_flight']}; failed puts {figures['failed_puts']}"))
+    lines.append(("timer writes", ", ".join(f"{k} {size(v)}" for k, v in
+                                            timer["bytes_written"].items()) + " (since open)"))
     if figures["engine"] == "rocksdb":
-        click.echo(f"rocksdb      live SST {size(timer.get('live_sst_bytes'))}, "
-                   f"memtable {size(timer.get('memtable_bytes'))}, "
-                   f"L0 files {timer.get('l0_files')}, "
-                   f"pending compaction {size(timer.get('pending_compaction_bytes'))}")
-        click.echo(f"compaction   read {size(timer.get('compact_read_bytes'))}, "
-                   f"written {size(timer.get('compact_write_bytes'))}, "
-                   f"running {timer.get('num_running_compactions')}, "
-                   f"stalls {timer.get('stall_micros')} us")
-        click.echo(f"cursor       {format_ms(timer.get('cursor_due_ms'))}")
+        lines.append(("rocksdb", f"live SST {size(timer.get('live_sst_bytes'))}, memtable "
+                                 f"{size(timer.get('memtable_bytes'))}, L0 files "
+                                 f"{timer.get('l0_files')}, pending compaction "
+                                 f"{size(timer.get('pending_compaction_bytes'))}"))
+        lines.append(("compaction", f"read {size(timer.get('compact_read_bytes'))}, written "
+                                    f"{size(timer.get('compact_write_bytes'))}, running "
+                                    f"{timer.get('num_running_compactions')}, stalls "
+                                    f"{timer.get('stall_micros')} us"))
+        lines.append(("cursor", format_ms(timer.get("cursor_due_ms"))))
     log = figures["commitlog"]
-    click.echo(f"commitlog    {size(log['commitlog_bytes'])} written, offsets "
-               f"{log['min_offset']}..{log['max_offset']}, {log['segments']} segment(s)")
+    lines.append(("commitlog", f"{size(log['max_offset'] - log['min_offset'])} held, offsets "
+                               f"{log['min_offset']}..{log['max_offset']}, "
+                               f"{log['segments']} segment(s)"))
+    for label, text in lines:
+        click.echo(f"{label:<13} {text}".rstrip())
 
 
 def compacted(result: dict[str, Any]) -> None:

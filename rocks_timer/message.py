@@ -11,6 +11,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from types import MappingProxyType
 from typing import Iterable, Mapping
 
@@ -190,8 +191,9 @@ class Message:
     def get_property(self, name: str, default: str | None = None) -> str | None:
         return self.properties.get(name, default)
 
-    @property
+    @cached_property
     def encoded_properties(self) -> bytes:
+        """The RocketMQ property string, computed once (the message is immutable)."""
         return encode_properties(self.properties)
 
     @property

@@ -27,8 +27,9 @@ from rocks_timer.consumequeue import ConsumeQueue, ConsumeQueueSet
 from rocks_timer.delay_levels import DelayLevelTable
 from rocks_timer.errors import (CorruptRecordError, InvalidMessageError, PutFailedError,
                                 RocksTimerError, StoreClosedError)
-from rocks_timer.message import DELAY, SCHEDULE_TOPIC, Message, encode_properties, new_msg_id
-from rocks_timer.record import (HEADER_SIZE, MAX_STORED_PROPERTIES, decode_record, encode_record,
+from rocks_timer.message import DELAY, SCHEDULE_TOPIC, Message, new_msg_id
+from rocks_timer.record import (HEADER_SIZE, MAX_STORED_PROPERTIES, decode_record,
+                                encode_record_into,
                                 java_string_hash, record_size)
 
 log = logging.getLogger(__name__)
@@ -153,31 +154,40 @@ class MessageStore:
 
     # -- puts -----------------------------------------------------------------------------
     def put_message_async(self, msg: Message) -> "Future[PutResult]":
-        future: Future = Future()
-        if self._closed:
-            raise StoreClosedError("the message store is closed")
-        self._check(msg)
-        if msg.msg_id is None:
-            msg = msg.with_properties({"UNIQ_KEY": new_msg_id()})
-        self._inbox.put((msg, future))
-        return future
+        """Queue one message for the next group write; the future gives its PutResult."""
+        return self._submit([msg], single=True)
+
+    def put_messages_async(self, messages: list[Message]) -> "Future[list[PutResult]]":
+        """Queue messages to be written together in one group (contiguous, in order); one
+        future for all of them, so a batch pays for one wake-up instead of one per message."""
+        return self._submit(list(messages), single=False)
 
     def put_message(self, msg: Message, timeout: float | None = 30.0) -> PutResult:
         return self.wait(self.put_message_async(msg), timeout)
 
     def put_messages(self, messages: list[Message], timeout: float | None = 30.0
                      ) -> list[PutResult]:
-        futures = [self.put_message_async(m) for m in messages]
-        return [self.wait(f, timeout) for f in futures]
+        return self.wait(self.put_messages_async(messages), timeout)
 
     @staticmethod
-    def wait(future: "Future[PutResult]", timeout: float | None = 30.0) -> PutResult:
+    def wait(future: Future, timeout: float | None = 30.0):
         try:
             return future.result(timeout)
         except RocksTimerError:
             raise
         except Exception as exc:  # noqa: BLE001 - anything else is a failed put
             raise PutFailedError(f"commitlog put failed: {exc}") from exc
+
+    def _submit(self, messages: list[Message], single: bool) -> Future:
+        if self._closed:
+            raise StoreClosedError("the message store is closed")
+        for i, msg in enumerate(messages):
+            self._check(msg)
+            if msg.msg_id is None:
+                messages[i] = msg.with_properties({"UNIQ_KEY": new_msg_id()})
+        future: Future = Future()
+        self._inbox.put((messages, future, single))
+        return future
 
     def _check(self, msg: Message) -> None:
         if len(msg.body) > self.config.max_message_size:
@@ -188,72 +198,78 @@ class MessageStore:
                                       f"the limit of {MAX_STORED_PROPERTIES} bytes")
 
     def _writer_loop(self) -> None:
-        while True:
+        stop = False
+        while not stop:
             item = self._inbox.get()
             if item is None:
                 return
-            group = [item]
-            size = len(item[0].body)
-            while len(group) < _GROUP_MAX_MESSAGES and size < _GROUP_MAX_BYTES:
+            group, count = [item], len(item[0])
+            while count < _GROUP_MAX_MESSAGES:
                 try:
                     nxt = self._inbox.get_nowait()
                 except queue.Empty:
                     break
                 if nxt is None:
-                    self._write_group(group)
-                    return
+                    stop = True
+                    break
                 group.append(nxt)
-                size += len(nxt[0].body)
+                count += len(nxt[0])
             self._write_group(group)
 
-    def _write_group(self, group: list[tuple[Message, Future]]) -> None:
-        live = [(m, f) for m, f in group if f.set_running_or_notify_cancel()]
+    def _write_group(self, group: list[tuple[list[Message], Future, bool]]) -> None:
+        live = [item for item in group if item[1].set_running_or_notify_cancel()]
         try:
-            results = self._append(live)
+            results = self._append([m for messages, _, _ in live for m in messages])
         except Exception as exc:  # noqa: BLE001 - fail the group, keep the writer alive
-            log.error("commitlog write of %d messages failed: %s", len(live), exc)
-            for _, future in live:
+            log.error("commitlog write of %d puts failed: %s", len(live), exc)
+            for _, future, _ in live:
                 future.set_exception(PutFailedError(f"commitlog write failed: {exc}"))
             return
-        for (_, future), result in zip(live, results):
-            future.set_result(result)
+        at = 0
+        for messages, future, single in live:
+            future.set_result(results[at] if single else results[at:at + len(messages)])
+            at += len(messages)
 
-    def _append(self, group: list[tuple[Message, Future]]) -> list[PutResult]:
+    def _append(self, messages: list[Message]) -> list[PutResult]:
+        """Encode and write one group; offsets advance only if the write succeeds."""
         store_ms = self.clock.now_ms()
-        next_offsets = dict(self._next_queue_offset)
-        chunk, chunk_start, results = bytearray(), 0, []
+        next_offsets = self._next_queue_offset
+        assigned: dict[tuple[str, int], int] = {}
         dispatch: dict[tuple[str, int], list] = defaultdict(list)
-        first_offsets: dict[tuple[str, int], int] = {}
         topic_bytes: dict[str, int] = defaultdict(int)
-        for msg, _ in group:
+        commitlog, levels = self.commitlog, self._levels
+        chunk, chunk_start, results = bytearray(), 0, []
+        for msg in messages:
             queue_id = msg.queue_id or 0
             key = (msg.topic, queue_id)
-            if key not in next_offsets:
-                next_offsets[key] = self.queues.get_or_create(*key).max_offset
-            queue_offset = next_offsets[key]
-            size = record_size(len(msg.body), len(msg.topic.encode()),
-                               len(encode_properties(msg.properties)))
-            if chunk and not self.commitlog.fits(chunk_start + len(chunk), size):
-                self.commitlog.write(chunk_start, bytes(chunk), store_ms)
+            queue_offset = assigned.get(key)
+            if queue_offset is None:
+                queue_offset = next_offsets.get(key)
+                if queue_offset is None:
+                    queue_offset = self.queues.get_or_create(*key).max_offset
+            props = msg.encoded_properties
+            size = record_size(len(msg.body), len(msg.topic), len(props))
+            if chunk and not commitlog.fits(chunk_start + len(chunk), size):
+                commitlog.write(chunk_start, bytes(chunk), store_ms)
                 chunk = bytearray()
             if not chunk:
-                chunk_start = self.commitlog.position_for(size)
+                chunk_start = commitlog.position_for(size)
             position = chunk_start + len(chunk)
-            chunk += encode_record(msg, queue_id=queue_id, queue_offset=queue_offset,
-                                   physical_offset=position, store_ms=store_ms,
-                                   born_ms=msg.born_ms if msg.born_ms is not None else store_ms)
-            next_offsets[key] = queue_offset + 1
-            first_offsets.setdefault(key, queue_offset)
+            size = encode_record_into(
+                chunk, msg, props, queue_id=queue_id, queue_offset=queue_offset,
+                physical_offset=position, store_ms=store_ms,
+                born_ms=msg.born_ms if msg.born_ms is not None else store_ms)
+            assigned[key] = queue_offset + 1
             dispatch[key].append((position, size,
-                                  tags_code(msg.topic, msg.properties, store_ms, self._levels)))
+                                  tags_code(msg.topic, msg.properties, store_ms, levels)))
             topic_bytes[msg.topic] += size
             results.append(PutResult(msg.msg_id, msg.topic, queue_id, queue_offset, position,
                                      size, store_ms))
         if chunk:
-            self.commitlog.write(chunk_start, bytes(chunk), store_ms)
-        self._next_queue_offset = next_offsets
+            commitlog.write(chunk_start, bytes(chunk), store_ms)
+        next_offsets.update(assigned)
         for key, entries in dispatch.items():
-            self.queues.get_or_create(*key).append(entries, first_offsets[key])
+            self.queues.get_or_create(*key).append(entries, assigned[key] - len(entries))
         for topic, n in topic_bytes.items():
             self._bytes_by_topic[topic] += n
         self.groups_written += 1

@@ -45,24 +45,45 @@ def record_size(body_len: int, topic_len: int, props_len: int) -> int:
     return FIXED_SIZE + body_len + topic_len + props_len
 
 
-def encode_record(msg: Message, *, queue_id: int, queue_offset: int, physical_offset: int,
-                  store_ms: int, born_ms: int) -> bytes:
+_LEAD = struct.Struct(">iII")  # size, magic, crc
+_REST = struct.Struct(">iiqqiq8sq8siqi")  # queueId .. preparedTxOffset, then bodyLen
+
+
+def encode_record_into(buf: bytearray, msg: Message, props: bytes, *, queue_id: int,
+                       queue_offset: int, physical_offset: int, store_ms: int,
+                       born_ms: int) -> int:
+    """Append one record to ``buf`` (the writer's group buffer); returns its size.
+
+    ``props`` is ``encode_properties(msg.properties)``; the CRC is computed piecewise so the
+    record is never copied.
+    """
     topic = msg.topic.encode("utf-8")
-    props = encode_properties(msg.properties)
     if len(props) > MAX_STORED_PROPERTIES:
         raise InvalidMessageError(
             f"properties of {len(props)} bytes exceed the limit of {MAX_STORED_PROPERTIES} bytes"
         )
     if len(topic) > 127:
         raise InvalidMessageError(f"topic {msg.topic!r} is longer than 127 bytes")
-    size = record_size(len(msg.body), len(topic), len(props))
-    header = HEADER.pack(size, MESSAGE_MAGIC, 0, queue_id, msg.flag, queue_offset, physical_offset,
-                         0, born_ms, _LOCALHOST, store_ms, _LOCALHOST, msg.reconsume_times, 0)
-    parts = [header, BODY_LEN.pack(len(msg.body)), msg.body, bytes([len(topic)]), topic,
-             PROPS_LEN.pack(len(props)), props]
-    record = bytearray(b"".join(parts))
-    struct.pack_into(">I", record, 8, zlib.crc32(memoryview(record)[_CRC_FROM:]))
-    return bytes(record)
+    body = msg.body
+    size = FIXED_SIZE + len(body) + len(topic) + len(props)
+    rest = _REST.pack(queue_id, msg.flag, queue_offset, physical_offset, 0, born_ms, _LOCALHOST,
+                      store_ms, _LOCALHOST, msg.reconsume_times, 0, len(body))
+    tail = bytes([len(topic)]) + topic + PROPS_LEN.pack(len(props)) + props
+    crc = zlib.crc32(tail, zlib.crc32(body, zlib.crc32(rest)))
+    buf += _LEAD.pack(size, MESSAGE_MAGIC, crc)
+    buf += rest
+    buf += body
+    buf += tail
+    return size
+
+
+def encode_record(msg: Message, *, queue_id: int, queue_offset: int, physical_offset: int,
+                  store_ms: int, born_ms: int) -> bytes:
+    buf = bytearray()
+    encode_record_into(buf, msg, encode_properties(msg.properties), queue_id=queue_id,
+                       queue_offset=queue_offset, physical_offset=physical_offset,
+                       store_ms=store_ms, born_ms=born_ms)
+    return bytes(buf)
 
 
 def encode_blank(size: int) -> bytes:

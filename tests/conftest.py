@@ -13,7 +13,7 @@ if str(ROOT) not in sys.path:
 
 from rocks_timer import Broker, BrokerConfig, ManualClock  # noqa: E402
 
-START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+from engine_helpers import START_MS  # noqa: E402
 
 
 @pytest.fixture

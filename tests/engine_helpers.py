@@ -1,6 +1,7 @@
 """Helpers shared by the engine tests: drive simulated time, collect deliveries."""
 from __future__ import annotations
 
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the suite's manual clock start
 ENGINES = ["memory", "rocksdb", "wheel"]
 DURABLE_ENGINES = ["rocksdb", "wheel"]
 

@@ -3,7 +3,7 @@ import pytest
 
 from rocks_timer import InvalidHandleError, Message
 from rocks_timer.message import TIMER_DELIVER_MS, TIMER_OUT_MS
-from tests.engine_helpers import DURABLE_ENGINES, ENGINES, drive, pulled
+from engine_helpers import DURABLE_ENGINES, ENGINES, drive, pulled
 
 pytestmark = pytest.mark.parametrize("engine", ENGINES)
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 from bench.crash import soak
 from rocks_timer import Broker, BrokerConfig, Message
-from tests.engine_helpers import pulled
+from engine_helpers import pulled
 
 
 def wait_until(predicate, timeout_s=30.0):

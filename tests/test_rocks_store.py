@@ -420,3 +420,38 @@ def test_stats_compact_and_wait(open_store):
     assert report["after_live_sst_bytes"] > 0 and "before_live_sst_bytes" in report
     assert store.wait_for_compactions(quiet_ms=50, timeout_ms=30_000)
     assert store.stats().as_dict()["engine"] == "rocksdb"
+
+
+KILL_CHILD = """
+import sys, time
+from pathlib import Path
+from rocks_timer.config import BrokerConfig
+from rocks_timer.message import Message
+from rocks_timer.timer.rocks import RocksTimerStore
+from rocks_timer.timer.store import TimerRecord
+store = RocksTimerStore.open(Path(sys.argv[1]), BrokerConfig())
+got = store.schedule([TimerRecord(100 + i, Message(topic="orders", body=b"b" * i,
+                                                  msg_id=f"{i:032X}")) for i in range(100)], 0)
+for s in got[90:]:
+    assert store.cancel(s.handle, 0)
+store.complete(store.claim_due(119, 100, 1 << 30), 5)
+store.claim_due(200, 5, 1 << 30)  # in flight when killed: must come back
+print("READY", flush=True)
+time.sleep(60)
+"""
+
+
+def test_state_survives_kill_9(tmp_path, open_store):
+    path = tmp_path / "timer"
+    child = subprocess.Popen([sys.executable, "-c", KILL_CHILD, str(path)], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "READY", child.stderr.read()
+    finally:
+        os.kill(child.pid, 9)
+        child.wait(timeout=30)
+    store = open_store(path=path)
+    assert store.pending_count() == 70 and store.reconcile_from() == 5
+    again = store.claim_due(10_000, 1000, BIG)
+    assert ids(again) == [f"{i:032X}" for i in range(20, 90)]
+    assert store.check()["problems"] == []

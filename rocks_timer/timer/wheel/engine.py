@@ -21,7 +21,7 @@ from typing import Iterable, Sequence
 
 from rocks_timer.clock import Clock, SystemClock
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import InvalidMessageError, StoreClosedError
+from rocks_timer.errors import StoreClosedError
 from rocks_timer.message import (REAL_QID, REAL_TOPIC, TIMER_DEL_UNIQKEY, TIMER_DELIVER_MS,
                                  TIMER_OUT_MS, UNIQ_KEY, WHEEL_TIMER_TOPIC, Message, new_msg_id)
 from rocks_timer.timer.handles import decode_handle, encode_handle
@@ -126,9 +126,7 @@ class WheelTimerStore:
         """Write a delete marker into the target's slot (best-effort, see the module doc)."""
         h = decode_handle(handle)
         if h.due_ms <= now_ms:
-            raise InvalidMessageError(f"cannot cancel: the handle's due time {h.due_ms} is not "
-                                      f"after now ({now_ms}); a delete marker must be in the "
-                                      f"future")
+            return False  # due or delivered: a marker in the past could not act (RocketMQ rejects it)
         out_ms = self.timer_out_ms(h.due_ms)
         marker = Message(topic=WHEEL_TIMER_TOPIC, body=b"0", tags=RECALL_TAG, queue_id=0,
                          msg_id=h.msg_id,
@@ -222,6 +220,10 @@ class WheelTimerStore:
              topic: str | None = None, limit: int = 100, after: str | None = None) -> ScanPage:
         with self._lock:
             self._check_open()
+            now_ms = self.clock.now_ms()
+            for _ in range(64):  # list what was sent but not yet enqueued, too (bounded)
+                if self._enqueue.backlog() == 0 or self._enqueue.run(now_ms, ENQUEUE_BUDGET) == 0:
+                    break
             return scan_pending(self.state, self.wheel, self.timerlog, self.message_store,
                                 from_ms=from_ms, to_ms=to_ms, topic=topic, limit=limit,
                                 after=after)

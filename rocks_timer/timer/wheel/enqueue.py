@@ -128,5 +128,7 @@ class EnqueueService:
             return 0
         h = self._hashes.get(topic)
         if h is None:
+            if len(self._hashes) > 10_000:
+                self._hashes.clear()
             h = self._hashes[topic] = java_string_hash(topic)
         return h

@@ -5,38 +5,41 @@ only description of the bytes. Offsets are in brackets.
 
 Slot (``SLOT``, 32 bytes), one per wheel position in the ``timerwheel`` file::
 
-    +-----------------+---------------+--------------+---------+-----------+
-    | [0] time / p  8 | [8] first  8  | [16] last  8 | [24] num 4 | [28] magic 4 |
-    +-----------------+---------------+--------------+---------+-----------+
+    +----------------+---------------+---------------+-------------+---------------+
+    | [0] time/p  i8 | [8] first  i8 | [16] last  i8 | [24] num i4 | [28] magic i4 |
+    +----------------+---------------+---------------+-------------+---------------+
 
 The slot time is stored divided by the precision p; readers multiply it back. ``first``/``last``
 are TimerLog positions of the slot's oldest and newest unit; ``num`` may go negative (markers).
 
 TimerLog unit (``UNIT``, 52 bytes), linked backwards per slot through ``prev_pos``::
 
-    +--------+------------+----------+----------------+-------------+
-    | [0] size 4 = 52 | [4] prev_pos 8 | [12] magic 4 | [16] write_ms 8 | [24] delay 4 |
-    +--------+------------+----------+----------------+-------------+
-    | [28] commitlog offset 8 | [36] record size 4 | [40] topic hash 4 | [44] reserved 8 |
-    +-------------------------+--------------------+-------------------+-----------------+
+    +--------------+------------------+---------------+------------------+---------------+
+    | [0] size i4  | [4] prev_pos i8  | [12] magic i4 | [16] write_ms i8 | [24] delay i4 |
+    +--------------+------------------+---------------+------------------+---------------+
+    | [28] commitlog offset i8 | [36] record size i4 | [40] topic hash i4 | [44] reserved i8 |
+    +--------------------------+---------------------+--------------------+------------------+
 
-``write_ms`` is the enqueue write time (floor_p), ``delay`` = slot time - write_ms, the topic hash
-is Java ``String.hashCode(REAL_TOPIC)`` (0 without one).
+``size`` is always 52; ``write_ms`` is the enqueue write time (floor_p); ``delay`` = slot time -
+write_ms; the topic hash is Java ``String.hashCode(REAL_TOPIC)`` (0 without one).
 
 TimerLog blank (``BLANK``, 16 bytes) closes a segment whose remaining space cannot take the next
 append plus another blank::
 
-    +------------------+-------------+--------------------------+
-    | [0] remaining 4  | [4] zero 8  | [12] 0xCBD43194 4        |
-    +------------------+-------------+--------------------------+
+    +------------------+--------------+--------------------------+
+    | [0] remaining i4 | [4] zero i8  | [12] 0xCBD43194 u4       |
+    +------------------+--------------+--------------------------+
 
 Checkpoint (``CHECKPOINT``, 56 bytes; a legacy 32-byte buffer holds the first four)::
 
-    +------------------+-------------------+-------------------+--------------------+
-    | [0] read_time 8  | [8] flush_pos 8   | [16] queue_off 8  | [24] master_off 8  |
-    +------------------+-------------------+-------------------+--------------------+
-    | [32] state_version 8 | [40] timestamp 8 | [48] counter 8 |
-    +----------------------+------------------+----------------+
+    +-------------------+------------------+-------------------+--------------------+
+    | [0] read_time i8  | [8] flush_pos i8 | [16] queue_off i8 | [24] master_off i8 |
+    +-------------------+------------------+-------------------+--------------------+
+    | [32] state_version i8 | [40] timestamp i8 | [48] counter i8 |
+    +-----------------------+-------------------+-----------------+
+
+``queue_off`` is the offset to restart the enqueue from (below any already-due message still
+held in memory); ``master_off`` is how far the enqueue had read.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import logging
 
 from rocks_timer.errors import CorruptRecordError
 from rocks_timer.message import WHEEL_TIMER_TOPIC
-from rocks_timer.timer.wheel.layouts import Checkpoint, LONG_MAX
+from rocks_timer.timer.wheel.layouts import Checkpoint
 from rocks_timer.timer.wheel.state import WheelState
 from rocks_timer.timer.wheel.timerlog import TimerLog
 from rocks_timer.timer.wheel.timerwheel import IGNORE, TimerWheel
@@ -81,5 +81,4 @@ def recover(state: WheelState, wheel: TimerWheel, timerlog: TimerLog, message_st
             "truncated_bytes": truncated, "cleared_slots": cleared,
             "queue_offset": queue_offset, "read_time_ms": read_time,
             "last_unit_queue_offset": last_unit_offset if last_unit_offset is not None else -1,
-            "checkpoint_existed": existed, "lookback_floor_ms": floor_now - (
-                state.slots_total - blank_slots) * p if existed else LONG_MAX}
+            "checkpoint_existed": existed}

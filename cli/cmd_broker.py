@@ -1,0 +1,118 @@
+"""The broker commands: ``run``, ``stats``, ``compact`` and ``bench``."""
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import threading
+from typing import Any
+
+import click
+
+from cli import render
+from cli.session import Settings, call
+from cli.remote import BrokerSocketServer, socket_path
+
+
+@click.command()
+@click.pass_obj
+def run(settings: Settings) -> None:
+    """Run the broker in the foreground until SIGTERM or Ctrl-C.
+
+    Delivers timer and level messages as they come due and answers the other rtimer
+    commands over <data-dir>/rtimer.sock (mode 0600, removed on stop).
+
+    Example: rtimer --data-dir ./data run
+    """
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with settings.open_broker() as broker:
+            with BrokerSocketServer(broker, settings.data_dir):
+                broker.start()
+                click.echo(f"rtimer: broker running on {settings.data_dir} (engine "
+                           f"{broker.timer.name}, pid {os.getpid()}); socket "
+                           f"{socket_path(settings.data_dir)}; Ctrl-C or SIGTERM stops it")
+                while not stop.wait(0.5):
+                    pass
+                click.echo("rtimer: stopping")
+            stats = broker.stats()
+        click.echo(f"rtimer: stopped cleanly ({stats['pending']} pending, "
+                   f"{stats['delivered']} timer messages delivered this run)")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.pass_obj
+def stats(settings: Settings, as_json: bool) -> None:
+    """Show pending messages per topic, deliveries, lag and the timer engine's figures.
+
+    Sent/delivered/cancelled counters belong to the broker process that answers (the
+    running broker, or this command's own short-lived one).
+
+    Example: rtimer stats --json
+    """
+    figures = call(settings, "stats")
+    render.echo_json(figures) if as_json else render.stats(figures)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.pass_obj
+def compact(settings: Settings, as_json: bool) -> None:
+    """Compact the timer store by hand and show its size before and after.
+
+    The RocksDB engine runs a full manual compaction of its timer column family; the other
+    engines have nothing to compact and say so.
+
+    Example: rtimer compact
+    """
+    result = call(settings, "compact")
+    render.echo_json(result) if as_json else render.compacted(result)
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks: write amplification across engines, and compaction tuning.
+
+    Example: rtimer bench wa --help
+    """
+
+
+def _forward(module_name: str, argv: tuple[str, ...]) -> None:
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.ClickException(f"{module_name} is not available in this install: {exc}"
+                                   ) from None
+    entry: Any = getattr(module, "main", None)
+    if entry is None:
+        raise click.ClickException(f"{module_name} has no main(argv)")
+    raise SystemExit(entry(list(argv)) or 0)
+
+
+_FORWARD = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+
+
+@bench.command(context_settings=_FORWARD)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def wa(args: tuple[str, ...]) -> None:
+    """Compare write amplification across engines (runs spark.wa_compare; --help for its options).
+
+    Example: rtimer bench wa --help
+    """
+    _forward("spark.wa_compare", args)
+
+
+@bench.command(context_settings=_FORWARD)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def tune(args: tuple[str, ...]) -> None:
+    """Sweep RocksDB compaction profiles (runs bench.tune_compaction; --help for its options).
+
+    Example: rtimer bench tune --help
+    """
+    _forward("bench.tune_compaction", args)

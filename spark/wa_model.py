@@ -1,0 +1,302 @@
+"""Scale model of write amplification: bytes per message from a delay distribution and body size.
+
+    python -m spark.wa_model --cells bench/results/wa/cells.parquet [--day-messages 1000000000]
+
+Per engine, each component of the bytes a message costs is a simple mechanism with one
+coefficient fitted from the measured cells (ratios of sums, so no component can go negative):
+
+- CommitLog delivery + ConsumeQueue (all engines): R x (1 - cancelled), R = record bytes/payload;
+- ``rocksdb``: WAL = a_wal x payload (the put and the delete); flush + compaction =
+  a_fc x payload x P(delay > L), where L = memtable lifetime = write buffer / (rate x payload):
+  a key deleted before its memtable is flushed is never flushed or compacted;
+- ``wheel``: CommitLog timer topic = R x (1 + rolls(delay)) (+ a marker per cancel), TimerLog =
+  52 B x (1 + rolls), slot pages + checkpoint = a_slots x payload (fitted; rate dependent), with
+  rolls(d) the wheel's own roll rule (park at W, or W/2 when overshooting by less than W/3);
+- ``levels``: SCHEDULE_TOPIC_XXXX = a_level x R.
+
+Validation is leave-one-workload-out: every measured cell is predicted from coefficients fitted
+on the other workloads' cells. The fitted model is then applied in Spark to a synthetic day
+(``spark.range`` with a delay column drawn per row from a workload mix) to report bytes written
+per day and the disk each engine needs (CommitLog retention + what the engine keeps pending).
+Writes ``model.md`` and ``model.json`` next to the cells.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from bench.workloads import (CANCEL_FRACTION, DAY_MS, DEFAULT_RATE_PER_S, LEVEL_DELAYS_MS, SPECS,
+                             workload)
+
+ROLL_WINDOW_MS = 2 * DAY_MS
+WRITE_BUFFER = 64 << 20
+KEY_BYTES = 40
+CQ_ENTRY = 20
+TIMERLOG_UNIT = 52
+WHEEL_FILE = 2 * 7 * 864_000 * 32  # 2 x 7 days of 100 ms slots x 32 B
+RETENTION_DAYS = 3  # file_reserved_hours = 72
+ROCKS_SPACE_AMP = 1.1  # leveled compaction, dynamic level bytes: assumed, not fitted
+MAX_ROLLS = 40
+DEFAULT_MIX = "short=0.5,day=0.3,month=0.1,cancel=0.1"
+
+
+def rolls_for(delay_ms: float, window_ms: int = ROLL_WINDOW_MS) -> int:
+    """How many times the wheel rolls a message of ``delay_ms`` (its enqueue rule)."""
+    n, rest = 0, delay_ms
+    while rest >= window_ms and n < MAX_ROLLS:
+        rest -= window_ms // 2 if rest - window_ms < window_ms // 3 else window_ms
+        n += 1
+    return n
+
+
+def memtable_lifetime_ms(rate_per_s: float, payload: float) -> float:
+    return WRITE_BUFFER / max(1.0, rate_per_s * (payload + KEY_BYTES)) * 1000
+
+
+def workload_features(name: str, body_size: int, seed: int = 7, sample: int = 20_000,
+                      rate_per_s: float = DEFAULT_RATE_PER_S, overhead: float = 80.0
+                      ) -> dict[str, float]:
+    """Mean per-message features of a measured workload, from a sample of its delays."""
+    ops = list(workload(name, sample, body_size, seed))
+    payload = body_size + overhead
+    life = memtable_lifetime_ms(rate_per_s, payload)
+    n = len(ops)
+    return {"cancel": sum(op.cancel for op in ops) / n,
+            "rolls": sum(rolls_for(op.delay_ms) for op in ops if not op.cancel) / n,
+            "long": sum(op.delay_ms > life for op in ops if not op.cancel) / n}
+
+
+def fit(cells, features: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Coefficients (ratios of sums over ``cells``, a pandas frame of aggregated cells)."""
+    def ratio(mask, num, den) -> float:
+        d = float(den[mask].sum())
+        return float(num[mask].sum()) / d if d > 0 else 0.0
+    c = cells
+    msgs, payload = c["messages"], c["payload_bytes"]
+    per_msg = payload / msgs
+    cancel = c["workload"].map(lambda w: features[w]["cancel"])
+    rolls = c["workload"].map(lambda w: features[w]["rolls"])
+    long = c["workload"].map(lambda w: features[w]["long"])
+    delivered_payload = per_msg * c["delivered"]
+    rocks, wheel, levels = (c["engine"] == "rocksdb"), (c["engine"] == "wheel"), \
+        (c["engine"] == "levels")
+    everyone = c["engine"] == c["engine"]
+    record = ratio(everyone, c["cl_delivery"], delivered_payload)
+    marked = wheel & (cancel > 0)
+    return {
+        "record": record,
+        "rocks_wal": ratio(rocks, c["rocks_wal"], payload),
+        "rocks_fc": ratio(rocks, c["rocks_flush"] + c["rocks_compaction"], payload * long),
+        "wheel_roll_record": ratio(wheel & (c["rolls"] > 0), c["wheel_rolls"],
+                                   c["rolls"] * per_msg) or None,
+        "wheel_marker": ratio(marked, c["cl_timer_topic"] - c["wheel_rolls"] - record * payload,
+                              msgs * cancel) or None,
+        "wheel_slots": ratio(wheel, c["wheel_slots"] + c["wheel_checkpoint"], payload),
+        "level": ratio(levels, c["cl_level_topic"], payload),
+        "physical_per_logical_rocksdb": ratio(rocks, c["physical_bytes"], c["logical_bytes"]),
+        "physical_per_logical_wheel": ratio(wheel, c["physical_bytes"], c["logical_bytes"]),
+        "physical_per_logical_levels": ratio(levels, c["physical_bytes"], c["logical_bytes"]),
+    }
+
+
+def predict_per_message(engine: str, coef: dict[str, Any], payload: float, cancel: float,
+                        rolls: float, long: float) -> float:
+    """Predicted logical bytes per sent message (means over the workload)."""
+    record = coef["record"] * payload
+    base = (1 - cancel) * (record + CQ_ENTRY)
+    if engine == "rocksdb":
+        return base + coef["rocks_wal"] * payload + coef["rocks_fc"] * payload * long
+    if engine == "wheel":
+        roll_record = (coef.get("wheel_roll_record") or coef["record"]) * payload
+        marker = coef.get("wheel_marker") or 0.3 * record
+        timer_topic = record + rolls * roll_record + cancel * marker
+        return (base + timer_topic + CQ_ENTRY * (1 + rolls + cancel)
+                + TIMERLOG_UNIT * (1 + rolls + cancel) + coef["wheel_slots"] * payload)
+    if engine == "levels":
+        return base + coef["level"] * payload + CQ_ENTRY
+    raise ValueError(f"no model for engine {engine!r}")
+
+
+def validate(cells, features) -> list[dict[str, Any]]:
+    """Leave-one-workload-out: each cell predicted from a fit on the other workloads."""
+    out = []
+    for _, row in cells.iterrows():
+        train = cells[cells["workload"] != row["workload"]]
+        coef = fit(train, features)
+        f = features[row["workload"]]
+        payload = row["payload_bytes"] / row["messages"]
+        pred = predict_per_message(row["engine"], coef, payload, f["cancel"], f["rolls"],
+                                   f["long"]) * row["messages"]
+        out.append({"engine": row["engine"], "workload": row["workload"],
+                    "profile": row["profile"], "measured_logical": int(row["logical_bytes"]),
+                    "predicted_logical": int(pred),
+                    "error": (pred - row["logical_bytes"]) / row["logical_bytes"]})
+    return out
+
+
+def synthetic_day(spark, n: int, mix: dict[str, float], seed: int):
+    """``n`` messages of one day as a Spark range: class, delay_ms and cancel columns."""
+    from pyspark.sql import functions as F
+    df = spark.range(n).withColumn("c", F.rand(seed)).withColumn("u", F.rand(seed + 1))
+    delay = None
+    cum = 0.0
+    for name, share in mix.items():
+        cum += share
+        spec = SPECS[name]
+        u = F.col("u")
+        if name == "short":
+            lo, hi = math.log(spec.low_ms), math.log(spec.high_ms)
+            d = F.exp(F.lit(lo) + u * (hi - lo))
+        elif name == "levels":
+            d = F.element_at(F.array(*[F.lit(x) for x in LEVEL_DELAYS_MS]),
+                             (u * len(LEVEL_DELAYS_MS)).cast("int") + 1)
+        elif name == "burst":
+            d = F.lit(60_000.0) + u * 1000
+        else:
+            d = F.lit(float(spec.low_ms)) + u * float(spec.high_ms - spec.low_ms)
+        cond = F.col("c") < cum
+        delay = F.when(cond, d) if delay is None else delay.when(cond, d)
+    df = df.withColumn("delay_ms", delay.otherwise(F.lit(60_000.0)))
+    cancel_share = mix.get("cancel", 0.0)  # parse_mix puts the cancel class last
+    is_cancel_class = F.col("c") >= 1.0 - cancel_share if cancel_share else F.lit(False)
+    return df.withColumn("cancelled", is_cancel_class & (F.rand(seed + 2) < CANCEL_FRACTION))
+
+
+def rolls_column(delay):
+    """``rolls_for`` as one Spark expression: full windows while at least 4W/3 remains, then
+    one half-window roll if what is left is still >= W."""
+    from pyspark.sql import functions as F
+    w = float(ROLL_WINDOW_MS)
+    full = F.when(delay >= 4 * w / 3, F.floor((delay - 4 * w / 3) / w) + 1).otherwise(F.lit(0))
+    rest = delay - full * w
+    return full + (rest >= w).cast("int")
+
+
+def project(spark, coef: dict[str, Any], n: int, mix: dict[str, float], body_size: int,
+            overhead: float, seed: int) -> dict[str, Any]:
+    """Bytes written per day and disk needed per engine for ``n`` messages a day (Spark)."""
+    from pyspark.sql import functions as F
+    payload = body_size + overhead
+    rate = n / 86_400
+    life = memtable_lifetime_ms(rate, payload)
+    df = synthetic_day(spark, n, mix, seed)
+    cancel = F.col("cancelled").cast("double")
+    rolls = rolls_column(F.col("delay_ms")) * (1 - cancel)
+    long = ((F.col("delay_ms") > life).cast("double")) * (1 - cancel)
+    agg = df.agg(F.count("*").alias("n"), F.sum(cancel).alias("cancelled"),
+                 F.sum(rolls).alias("rolls"), F.sum(long).alias("long"),
+                 F.sum(F.col("delay_ms") * (1 - cancel)).alias("delay_ms_sum")).first()
+    count = agg["n"]
+    means = {"cancel": agg["cancelled"] / count, "rolls": agg["rolls"] / count,
+             "long": agg["long"] / count}
+    pending_bytes = agg["delay_ms_sum"] / 86_400_000 * payload  # Little's law, steady state
+    out: dict[str, Any] = {"messages_per_day": count, "payload_per_message": payload,
+                           "memtable_lifetime_ms": life, "features": means, "engines": {}}
+    for engine in ("rocksdb", "wheel", "levels"):
+        per_msg = predict_per_message(engine, coef, payload, **means)
+        logical = per_msg * count
+        phys = logical * (coef.get(f"physical_per_logical_{engine}") or 1.0)
+        record = coef["record"] * payload
+        cl_day = (1 - means["cancel"]) * record * count
+        if engine == "wheel":
+            cl_day += record * (1 + means["rolls"]) * count
+            disk = RETENTION_DAYS * (cl_day + TIMERLOG_UNIT * (1 + means["rolls"]) * count) \
+                + WHEEL_FILE
+        elif engine == "levels":
+            cl_day += coef["level"] * payload * count
+            disk = RETENTION_DAYS * cl_day
+        else:
+            disk = RETENTION_DAYS * cl_day + ROCKS_SPACE_AMP * pending_bytes * (1 + KEY_BYTES
+                                                                                 / payload)
+        out["engines"][engine] = {"logical_bytes_per_day": logical,
+                                  "physical_bytes_per_day": phys,
+                                  "wa_logical": per_msg / payload, "disk_bytes": disk}
+    return out
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    mix = {}
+    for part in text.split(","):
+        name, _, share = part.partition("=")
+        if name.strip() not in SPECS:
+            raise ValueError(f"unknown workload {name!r} in --mix")
+        mix[name.strip()] = float(share)
+    total = sum(mix.values())
+    if "cancel" in mix:  # the cancel class goes last (its rows are the cancelled ones)
+        mix["cancel"] = mix.pop("cancel")
+    return {k: v / total for k, v in mix.items()}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m spark.wa_model", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cells", type=Path, required=True, help="cells.parquet of spark.wa_compare")
+    p.add_argument("--day-messages", type=int, default=1_000_000_000)
+    p.add_argument("--mix", default=DEFAULT_MIX, help=f"workload shares (default {DEFAULT_MIX})")
+    p.add_argument("--body-size", type=int, default=1024)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--master", default="local[*]")
+    p.add_argument("--out", type=Path, default=None, help="default: the cells' directory")
+    return p
+
+
+def run(spark, args: argparse.Namespace | Sequence[str]) -> dict[str, Path]:
+    from pyspark.sql import functions as F
+    from spark.report import markdown_table
+    import pandas as pd
+    if not isinstance(args, argparse.Namespace):
+        args = build_parser().parse_args(list(args))
+    mix = parse_mix(args.mix)
+    raw = spark.read.parquet(str(args.cells))
+    sums = [F.sum(c).alias(c) for c in ("messages", "delivered", "payload_bytes", "logical_bytes",
+                                        "physical_bytes", "cl_delivery", "cl_timer_topic",
+                                        "cl_level_topic", "consumequeue", "rocks_wal",
+                                        "rocks_flush", "rocks_compaction", "wheel_slots",
+                                        "wheel_checkpoint", "wheel_rolls", "rolls")]
+    cells = (raw.groupBy("engine", "workload", "profile", "body_size").agg(*sums)
+             .where(F.col("profile").isin("default", "-")).toPandas())
+    overhead = float((cells["payload_bytes"] / cells["messages"] - cells["body_size"]).mean())
+    features = {w: workload_features(w, int(b), args.seed, overhead=overhead)
+                for w, b in zip(cells["workload"], cells["body_size"])}
+    coef = fit(cells, features)
+    checks = validate(cells, features)
+    proj = project(spark, coef, args.day_messages, mix, args.body_size, overhead, args.seed)
+    out = args.out or Path(args.cells).parent
+    out.mkdir(parents=True, exist_ok=True)
+    worst = max((abs(c["error"]) for c in checks), default=0.0)
+    result = {"coefficients": coef, "overhead_bytes": overhead, "features": features,
+              "validation": checks, "max_abs_error": worst, "mix": mix, "projection": proj}
+    paths = {"json": out / "model.json", "md": out / "model.md"}
+    paths["json"].write_text(json.dumps(result, indent=2, default=float), encoding="utf-8")
+    val = pd.DataFrame(checks)
+    rows = [{"engine": e, "TB written/day (logical)": v["logical_bytes_per_day"] / 1e12,
+             "TB written/day (physical est.)": v["physical_bytes_per_day"] / 1e12,
+             "WA logical": v["wa_logical"], "disk needed (TB)": v["disk_bytes"] / 1e12}
+            for e, v in proj["engines"].items()]
+    text = (f"# Scale model\n\nFitted from `{args.cells}`; leave-one-workload-out validation, "
+            f"max |error| = {worst:.1%} (target 20%).\n\n" + markdown_table(val)
+            + f"\n## Projection: {args.day_messages:,} messages/day, mix {args.mix}, "
+              f"{args.body_size} B bodies\n\n" + markdown_table(pd.DataFrame(rows))
+            + f"\nPer-message features of the day: {json.dumps(proj['features'])}; "
+              f"memtable lifetime {proj['memtable_lifetime_ms']:.0f} ms.\n")
+    paths["md"].write_text(text, encoding="utf-8")
+    return paths
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from spark.session import build_session
+    spark = build_session(args.master, app_name="rocks-timer-wa-model")
+    try:
+        paths = run(spark, args)
+    finally:
+        spark.stop()
+    print(paths["md"].read_text(encoding="utf-8"))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
