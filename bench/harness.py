@@ -50,7 +50,8 @@ COLUMNS = ("engine", "workload", "profile", "messages", "body_size", "shard", "s
            "sent", "cancelled", "delivered", "complete", "payload_bytes", "physical_bytes",
            "cancelled_write_bytes", "logical_bytes", "timer_bytes", *COMPONENTS, "rocks_user",
            "wheel_rolls", "rolls", "wa_physical", "wa_logical", "wa_timer", "peak_disk_bytes",
-           "final_disk_bytes", "seconds", "send_seconds", "deliver_seconds", "send_per_s",
+           "final_disk_bytes", "peak_timer_disk_bytes", "final_timer_disk_bytes",
+           "peak_live_payload", "seconds", "send_seconds", "deliver_seconds", "send_per_s",
            "deliver_per_s", "ticks", "sim_ms", "workdir")
 
 
@@ -125,7 +126,9 @@ class _Cell:
         self.dues: list[int] = []  # due times (ms after t0) of sent, not cancelled messages
         self.send_s = self.deliver_s = 0.0
         self.ticks = 0
-        self.peak_disk = 0
+        self.peak_disk = self.peak_timer_disk = self.peak_live = 0
+        engine_dir = {"rocksdb": "timer-rocksdb", "wheel": "wheel"}.get(broker.config.timer_engine)
+        self.timer_dir = broker.path / engine_dir if engine_dir else None
 
     def delivered(self) -> int:
         return sum(self.broker.max_offset(t, 0) for t in self.topics)
@@ -171,6 +174,11 @@ class _Cell:
 
     def sample_disk(self) -> None:
         self.peak_disk = max(self.peak_disk, disk_usage(self.broker.path))
+        if self.timer_dir is not None:
+            self.peak_timer_disk = max(self.peak_timer_disk, disk_usage(self.timer_dir))
+        if self.sent:
+            live = self.sent - self.cancelled - self.delivered()
+            self.peak_live = max(self.peak_live, live * self.payload // self.sent)
 
 
 def _drive(cell: _Cell, workload: str, precision_ms: int) -> bool:
@@ -181,7 +189,10 @@ def _drive(cell: _Cell, workload: str, precision_ms: int) -> bool:
     give_up_ms = T0_MS + max(op.due_ms for op in cell.ops) + 86_400_000 if cell.ops else T0_MS
     while True:
         rel = now - T0_MS
+        was_sending = cell.next_send < len(cell.ops)
         cell.send_until(rel)
+        if was_sending and cell.next_send == len(cell.ops):
+            cell.sample_disk()  # the most messages are pending right after the last send
         expected = bisect.bisect_right(cell.dues, rel - lag_ms)
         done = cell.delivered()
         for _ in range(MAX_TICKS_SAME_TIME):
@@ -237,9 +248,10 @@ def _components(stats: dict[str, Any]) -> dict[str, int]:
 def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
              profile: str = "default", shard: int = 0, shards: int = 1, seed: int = 7,
              workdir: str | Path | None = None, *, keep: bool = False,
-             after: Any = None) -> dict[str, Any]:
-    """Run one cell and return its row (see ``COLUMNS``). ``after(broker, row)`` may add
-    figures while the broker is still open (the tuning script times an empty scan there)."""
+             after: Any = None, on_delivered: Any = None) -> dict[str, Any]:
+    """Run one cell and return its row (see ``COLUMNS``). ``on_delivered(broker, row)`` runs
+    once everything is delivered, before the final flush and compaction; ``after(broker, row)``
+    after them, while the broker is still open (the tuning script times empty scans there)."""
     profile = profile if engine == "rocksdb" else "-"
     config = cell_config(engine, workload, profile if engine == "rocksdb" else "default")
     base = Path(workdir) if workdir else DEFAULT_WORKDIR
@@ -257,6 +269,9 @@ def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
     try:
         cell = _Cell(engine, wl, broker, clock)
         complete = _drive(cell, workload, config.timer_precision_ms)
+        cell.sample_disk()
+        if on_delivered is not None:
+            on_delivered(broker, row)
         _settle(broker)
         cell.sample_disk()
         stats = broker.stats()
@@ -281,6 +296,9 @@ def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
                    sim_ms=clock.now_ms() - T0_MS, send_seconds=round(cell.send_s, 3),
                    deliver_seconds=round(cell.deliver_s, 3), workdir=str(root))
         row["peak_disk_bytes"] = max(cell.peak_disk, row["final_disk_bytes"])
+        row["final_timer_disk_bytes"] = disk_usage(cell.timer_dir) if cell.timer_dir else 0
+        row["peak_timer_disk_bytes"] = max(cell.peak_timer_disk, row["final_timer_disk_bytes"])
+        row["peak_live_payload"] = cell.peak_live
         if after is not None:
             after(broker, row)
     finally:

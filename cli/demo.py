@@ -104,9 +104,7 @@ def demo(settings: Settings, messages: int, max_delay: str, seed: int, force: bo
     if not MIN_DELAY_MS <= max_delay_ms <= 600_000:
         raise InputError(f"--max-delay {max_delay} is invalid; allowed: 2s..10m")
     _prepare_data_dir(settings.data_dir, force)
-    config = settings.config()
-    if settings.engine is None:
-        config = config.replace(timer_engine="rocksdb")
+    config = settings.config()  # a fresh dir: rocksdb unless --engine or --config says otherwise
     levels = [(n, ms) for n, ms in ((1, 1_000), (2, 5_000), (3, 10_000))
               if n <= config.delay_levels.max_level and config.delay_levels.delay_ms(n) <= max_delay_ms]
     console = Console()

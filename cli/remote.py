@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rocks_timer import Broker, errors
-from rocks_timer.errors import RocksTimerError
+from rocks_timer.errors import RocksTimerError, StoreClosedError
 
 from cli import ops
 
@@ -45,12 +45,13 @@ def _error_from(payload: dict[str, Any]) -> RocksTimerError:
 class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         server: BrokerSocketServer = self.server  # type: ignore[assignment]
-        for line in self.rfile:
+        while line := self.rfile.readline(MAX_LINE + 1):
             if len(line) > MAX_LINE:
                 reply = {"ok": False, "error": {"type": "InvalidMessageError",
-                                                "message": "request too large"}}
-            else:
-                reply = server.answer(line)
+                                                "message": f"request over {MAX_LINE} bytes"}}
+                self.wfile.write(json.dumps(reply).encode() + b"\n")
+                return  # the rest of that line cannot be framed: drop the connection
+            reply = server.answer(line)
             self.wfile.write(json.dumps(reply, default=str).encode() + b"\n")
             self.wfile.flush()
 
@@ -74,6 +75,7 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
             os.umask(old_umask)
         os.chmod(self.path, 0o600)
         self._thread: threading.Thread | None = None
+        self._stopped = False
 
     def run_op(self, name: str, args: dict[str, Any]) -> Any:
         """Run one op of :data:`cli.ops.OPS` (one at a time) and return its JSON document."""
@@ -81,6 +83,8 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
         if op is None:
             raise RemoteError(f"unknown op {name!r}; known: {', '.join(ops.OPS)}")
         with self._op_lock:
+            if self._stopped:
+                raise StoreClosedError(f"the broker on {self.data_dir} is stopping")
             result = op(self.broker, self.data_dir, **args)
         return json.loads(json.dumps(result, default=str))
 
@@ -106,6 +110,8 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
             self._thread.join()
             self._thread = None
         self.server_close()
+        with self._op_lock:  # an op still running finishes before the broker closes
+            self._stopped = True
         try:
             self.path.unlink()
         except FileNotFoundError:

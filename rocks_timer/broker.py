@@ -81,6 +81,8 @@ class Broker:
         self._closed = False
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
+        self._wake = threading.Event()  # set by stop() and by sends due before the wake-up
+        self._wake_at_ms = 0
         self._tick_lock = threading.Lock()
         self._last_retention_ms = 0
         self.sent = {"immediate": 0, "level": 0, "timer": 0}
@@ -165,6 +167,8 @@ class Broker:
                 results[i] = SendResult(r.message.msg_id, s.handle, r.due_ms, r.message.topic,
                                         r.message.queue_id or 0, self.timer.name)
             self.sent["timer"] += len(timers)
+            if min(s.key_due_ms for s in scheduled) < self._wake_at_ms:
+                self._wake.set()
         direct = [(i, r) for i, r in enumerate(routes) if r.kind != "timer"]
         futures = [(i, r, self.messages.put_message_async(r.message)) for i, r in direct]
         for i, r, future in futures:
@@ -239,22 +243,33 @@ class Broker:
         return self
 
     def _timer_loop(self) -> None:
-        interval_s = self.config.timer_precision_ms / 1000
+        """Step, then sleep until the next due time (at most one precision interval); a send
+        due sooner than the planned wake-up wakes the loop early."""
+        interval_ms = self.config.timer_precision_ms
         while not self._stopping.is_set():
+            self._wake.clear()
             try:
                 now = self.clock.now_ms()
                 with self._tick_lock:
                     busy = self._timer_step(now)
                     self._housekeeping(now)
+                if busy >= self.config.timer_deliver_batch:
+                    continue  # a full batch: more may be due right now
+                sleep_ms = interval_ms
+                next_due = self.timer.next_due_ms()
+                if next_due is not None:
+                    sleep_ms = min(interval_ms, max(0, next_due - self.clock.now_ms()))
+                self._wake_at_ms = self.clock.now_ms() + sleep_ms
             except Exception:  # noqa: BLE001 - a service loop never dies; it logs and goes on
                 log.exception("timer loop step failed")
-                busy = 0
-            if busy < self.config.timer_deliver_batch:  # a full batch means more may be due
-                self._stopping.wait(interval_s)
+                sleep_ms = interval_ms
+            if sleep_ms > 0:
+                self._wake.wait(sleep_ms / 1000)
 
     def stop(self) -> None:
         """Stop the background services (pending messages stay stored)."""
         self._stopping.set()
+        self._wake.set()
         for thread in self._threads:
             thread.join()
         self._threads = []

@@ -127,10 +127,9 @@ class CommitLog:
             return list(self._segments)
 
     # -- appends (single writer) ---------------------------------------------------------
-    def fits(self, position: int, size: int) -> bool:
-        """Whether a record of ``size`` bytes starting at ``position`` fits in the newest segment."""
-        tail = self._segments[-1]
-        return position - tail.start + size + MIN_BLANK_LEN <= self.segment_size
+    def segment_limit(self) -> int:
+        """The last offset a record may end at in the newest segment (room kept for a blank)."""
+        return self._segments[-1].start + self.segment_size - MIN_BLANK_LEN
 
     def position_for(self, size: int) -> int:
         """Offset where a record of ``size`` bytes will go, padding to a new segment if needed."""

@@ -15,10 +15,10 @@ import queue
 import struct
 import threading
 from collections import defaultdict
+from functools import lru_cache
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from rocks_timer.clock import Clock
 from rocks_timer.commitlog import CommitLog
@@ -39,8 +39,9 @@ _QUEUE_FIELDS = struct.Struct(">iiq")  # queueId, flag, queueOffset at byte 12
 _BODY_LEN = struct.Struct(">i")
 
 
-@dataclass(frozen=True, slots=True)
-class PutResult:
+class PutResult(NamedTuple):
+    """Where a put landed (a NamedTuple: the writer builds one per message, cheaply)."""
+
     msg_id: str
     topic: str
     queue_id: int
@@ -48,6 +49,11 @@ class PutResult:
     commitlog_offset: int
     size: int
     store_ms: int
+
+
+@lru_cache(maxsize=4096)
+def _tags_hash(tags: str) -> int:
+    return java_string_hash(tags)
 
 
 def tags_code(topic: str, properties, store_ms: int, levels: DelayLevelTable) -> int:
@@ -60,7 +66,7 @@ def tags_code(topic: str, properties, store_ms: int, levels: DelayLevelTable) ->
         if level > 0:
             return store_ms + levels.delay_ms(level)
     tags = properties.get("TAGS")
-    return java_string_hash(tags) if tags else 0
+    return _tags_hash(tags) if tags else 0
 
 
 class MessageStore:
@@ -238,7 +244,7 @@ class MessageStore:
         dispatch: dict[tuple[str, int], list] = defaultdict(list)
         topic_bytes: dict[str, int] = defaultdict(int)
         commitlog, levels = self.commitlog, self._levels
-        chunk, chunk_start, results = bytearray(), 0, []
+        chunk, chunk_start, chunk_limit, results = bytearray(), 0, 0, []
         for msg in messages:
             queue_id = msg.queue_id or 0
             key = (msg.topic, queue_id)
@@ -249,11 +255,12 @@ class MessageStore:
                     queue_offset = self.queues.get_or_create(*key).max_offset
             props = msg.encoded_properties
             size = record_size(len(msg.body), len(msg.topic), len(props))
-            if chunk and not commitlog.fits(chunk_start + len(chunk), size):
+            if chunk and chunk_start + len(chunk) + size > chunk_limit:
                 commitlog.write(chunk_start, bytes(chunk), store_ms)
                 chunk = bytearray()
             if not chunk:
                 chunk_start = commitlog.position_for(size)
+                chunk_limit = commitlog.segment_limit()
             position = chunk_start + len(chunk)
             size = encode_record_into(
                 chunk, msg, props, queue_id=queue_id, queue_offset=queue_offset,

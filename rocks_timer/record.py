@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from functools import lru_cache
 
 from rocks_timer.errors import CorruptRecordError, InvalidMessageError
 from rocks_timer.message import Message, decode_properties, encode_properties
@@ -57,24 +58,31 @@ def encode_record_into(buf: bytearray, msg: Message, props: bytes, *, queue_id: 
     ``props`` is ``encode_properties(msg.properties)``; the CRC is computed piecewise so the
     record is never copied.
     """
-    topic = msg.topic.encode("utf-8")
+    topic = _topic_prefix(msg.topic)
     if len(props) > MAX_STORED_PROPERTIES:
         raise InvalidMessageError(
             f"properties of {len(props)} bytes exceed the limit of {MAX_STORED_PROPERTIES} bytes"
         )
-    if len(topic) > 127:
-        raise InvalidMessageError(f"topic {msg.topic!r} is longer than 127 bytes")
     body = msg.body
-    size = FIXED_SIZE + len(body) + len(topic) + len(props)
+    size = FIXED_SIZE - 1 + len(body) + len(topic) + len(props)
     rest = _REST.pack(queue_id, msg.flag, queue_offset, physical_offset, 0, born_ms, _LOCALHOST,
                       store_ms, _LOCALHOST, msg.reconsume_times, 0, len(body))
-    tail = bytes([len(topic)]) + topic + PROPS_LEN.pack(len(props)) + props
+    tail = topic + PROPS_LEN.pack(len(props)) + props
     crc = zlib.crc32(tail, zlib.crc32(body, zlib.crc32(rest)))
     buf += _LEAD.pack(size, MESSAGE_MAGIC, crc)
     buf += rest
     buf += body
     buf += tail
     return size
+
+
+@lru_cache(maxsize=1024)
+def _topic_prefix(topic: str) -> bytes:
+    """Topic length byte + topic bytes (cached: a log has few topics)."""
+    raw = topic.encode("utf-8")
+    if len(raw) > 127:
+        raise InvalidMessageError(f"topic {topic!r} is longer than 127 bytes")
+    return bytes([len(raw)]) + raw
 
 
 def encode_record(msg: Message, *, queue_id: int, queue_offset: int, physical_offset: int,

@@ -73,10 +73,10 @@ def wa_chart(summary: pd.DataFrame, path: Path, title: str) -> Path:
     ax.set_xticks(list(xs))
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel("bytes written / payload bytes")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -98,10 +98,10 @@ def pareto_chart(frame: pd.DataFrame, x: str, y: str, label_cols: Iterable[str],
                    label="Pareto front (per workload)")
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    ax.set_title(title)
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 

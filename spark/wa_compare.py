@@ -28,7 +28,8 @@ FLOATS = {"wa_physical", "wa_logical", "wa_timer", "seconds", "send_seconds", "d
           "send_per_s", "deliver_per_s"}
 SUMMED = ("messages", "sent", "cancelled", "delivered", "payload_bytes", "physical_bytes",
           "cancelled_write_bytes", "logical_bytes", "timer_bytes", *COMPONENTS, "rocks_user",
-          "wheel_rolls", "rolls", "peak_disk_bytes", "final_disk_bytes", "send_seconds",
+          "wheel_rolls", "rolls", "peak_disk_bytes", "final_disk_bytes", "peak_timer_disk_bytes",
+          "final_timer_disk_bytes", "peak_live_payload", "send_seconds",
           "deliver_seconds", "ticks")
 SUMMARY_COLUMNS = ("engine", "workload", "profile", "messages", "body_size", "shards", "complete",
                    "payload_bytes", "physical_bytes", "logical_bytes", "timer_bytes",

@@ -40,6 +40,8 @@ WHEEL_FILE = 2 * 7 * 864_000 * 32  # 2 x 7 days of 100 ms slots x 32 B
 RETENTION_DAYS = 3  # file_reserved_hours = 72
 ROCKS_SPACE_AMP = 1.1  # leveled compaction, dynamic level bytes: assumed, not fitted
 MAX_ROLLS = 40
+PAGE = 4096
+PAGE_MS = PAGE // 32 * 100  # one 4 KiB page of 32-byte slots at 100 ms precision
 DEFAULT_MIX = "short=0.5,day=0.3,month=0.1,cancel=0.1"
 
 
@@ -50,6 +52,16 @@ def rolls_for(delay_ms: float, window_ms: int = ROLL_WINDOW_MS) -> int:
         rest -= window_ms // 2 if rest - window_ms < window_ms // 3 else window_ms
         n += 1
     return n
+
+
+def pages_per_message(bin_counts, per_flush: float) -> float:
+    """Wheel slot pages dirtied per enqueued message when ``per_flush`` messages are enqueued
+    between two flushes and their delays fall in 4 KiB pages of slots with these counts:
+    E[distinct pages] = sum over pages of 1 - (1 - q)^k."""
+    counts = list(bin_counts)
+    total = float(sum(counts)) or 1.0
+    k = max(1.0, per_flush)
+    return sum(1 - (1 - c / total) ** k for c in counts) / k
 
 
 def memtable_lifetime_ms(rate_per_s: float, payload: float) -> float:
@@ -64,7 +76,11 @@ def workload_features(name: str, body_size: int, seed: int = 7, sample: int = 20
     payload = body_size + overhead
     life = memtable_lifetime_ms(rate_per_s, payload)
     n = len(ops)
-    return {"cancel": sum(op.cancel for op in ops) / n,
+    bins: dict[int, int] = {}
+    for op in ops:
+        bins[op.delay_ms // PAGE_MS] = bins.get(op.delay_ms // PAGE_MS, 0) + 1
+    return {"pages": pages_per_message(bins.values(), rate_per_s),
+            "cancel": sum(op.cancel for op in ops) / n,
             "rolls": sum(rolls_for(op.delay_ms) for op in ops if not op.cancel) / n,
             "long": sum(op.delay_ms > life for op in ops if not op.cancel) / n}
 
@@ -94,8 +110,10 @@ def fit(cells, features: dict[str, dict[str, float]]) -> dict[str, float]:
                                    c["rolls"] * per_msg) or None,
         "wheel_marker": ratio(marked, c["cl_timer_topic"] - c["wheel_rolls"] - record * payload,
                               msgs * cancel) or None,
-        "wheel_slots": ratio(wheel, c["wheel_slots"] + c["wheel_checkpoint"], payload),
-        "level": ratio(levels, c["cl_level_topic"], payload),
+        "wheel_slots": ratio(wheel, c["wheel_slots"],
+                             msgs * PAGE * c["workload"].map(lambda w: features[w]["pages"])),
+        "wheel_checkpoint_per_tick": ratio(wheel, c["wheel_checkpoint"], c["ticks"]),
+        "level": ratio(levels, c["cl_level_topic"], payload) or record,
         "physical_per_logical_rocksdb": ratio(rocks, c["physical_bytes"], c["logical_bytes"]),
         "physical_per_logical_wheel": ratio(wheel, c["physical_bytes"], c["logical_bytes"]),
         "physical_per_logical_levels": ratio(levels, c["physical_bytes"], c["logical_bytes"]),
@@ -103,7 +121,8 @@ def fit(cells, features: dict[str, dict[str, float]]) -> dict[str, float]:
 
 
 def predict_per_message(engine: str, coef: dict[str, Any], payload: float, cancel: float,
-                        rolls: float, long: float) -> float:
+                        rolls: float, long: float, pages: float = 0.0,
+                        ticks_per_msg: float = 0.0) -> float:
     """Predicted logical bytes per sent message (means over the workload)."""
     record = coef["record"] * payload
     base = (1 - cancel) * (record + CQ_ENTRY)
@@ -114,7 +133,9 @@ def predict_per_message(engine: str, coef: dict[str, Any], payload: float, cance
         marker = coef.get("wheel_marker") or 0.3 * record
         timer_topic = record + rolls * roll_record + cancel * marker
         return (base + timer_topic + CQ_ENTRY * (1 + rolls + cancel)
-                + TIMERLOG_UNIT * (1 + rolls + cancel) + coef["wheel_slots"] * payload)
+                + TIMERLOG_UNIT * (1 + rolls + cancel)
+                + (coef["wheel_slots"] or 1.0) * PAGE * pages
+                + coef["wheel_checkpoint_per_tick"] * ticks_per_msg)
     if engine == "levels":
         return base + coef["level"] * payload + CQ_ENTRY
     raise ValueError(f"no model for engine {engine!r}")
@@ -129,7 +150,8 @@ def validate(cells, features) -> list[dict[str, Any]]:
         f = features[row["workload"]]
         payload = row["payload_bytes"] / row["messages"]
         pred = predict_per_message(row["engine"], coef, payload, f["cancel"], f["rolls"],
-                                   f["long"]) * row["messages"]
+                                   f["long"], f["pages"], row["ticks"] / row["messages"]
+                                   ) * row["messages"]
         out.append({"engine": row["engine"], "workload": row["workload"],
                     "profile": row["profile"], "measured_logical": int(row["logical_bytes"]),
                     "predicted_logical": int(pred),
@@ -190,8 +212,12 @@ def project(spark, coef: dict[str, Any], n: int, mix: dict[str, float], body_siz
                  F.sum(rolls).alias("rolls"), F.sum(long).alias("long"),
                  F.sum(F.col("delay_ms") * (1 - cancel)).alias("delay_ms_sum")).first()
     count = agg["n"]
+    bins = (df.where(~F.col("cancelled"))
+            .groupBy(F.floor(F.col("delay_ms") / PAGE_MS).alias("page")).count().collect())
     means = {"cancel": agg["cancelled"] / count, "rolls": agg["rolls"] / count,
-             "long": agg["long"] / count}
+             "long": agg["long"] / count,
+             "pages": pages_per_message((r["count"] for r in bins), rate),
+             "ticks_per_msg": 86_400 / count}  # one wheel flush per second
     pending_bytes = agg["delay_ms_sum"] / 86_400_000 * payload  # Little's law, steady state
     out: dict[str, Any] = {"messages_per_day": count, "payload_per_message": payload,
                            "memtable_lifetime_ms": life, "features": means, "engines": {}}
@@ -255,7 +281,7 @@ def run(spark, args: argparse.Namespace | Sequence[str]) -> dict[str, Path]:
                                         "physical_bytes", "cl_delivery", "cl_timer_topic",
                                         "cl_level_topic", "consumequeue", "rocks_wal",
                                         "rocks_flush", "rocks_compaction", "wheel_slots",
-                                        "wheel_checkpoint", "wheel_rolls", "rolls")]
+                                        "wheel_checkpoint", "wheel_rolls", "rolls", "ticks")]
     cells = (raw.groupBy("engine", "workload", "profile", "body_size").agg(*sums)
              .where(F.col("profile").isin("default", "-")).toPandas())
     overhead = float((cells["payload_bytes"] / cells["messages"] - cells["body_size"]).mean())

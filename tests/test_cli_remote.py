@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.remote import BrokerSocketServer
 from rocks_timer import Broker, BrokerConfig
 
 RTIMER = [sys.executable, "-m", "cli.main"]
@@ -138,4 +140,23 @@ def test_follow_prints_messages_as_they_arrive(data):
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
     assert proc.returncode == 0
+    assert not (data / "rtimer.sock").exists()
+
+
+def test_protocol_is_json_lines_with_typed_errors(tmp_path):
+    data = tmp_path / "d"
+    with Broker.open(data, BrokerConfig()) as broker, \
+            BrokerSocketServer(broker, data) as server:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(server.path))
+        stream = sock.makefile("rwb")
+        stream.write(b'{"op": "scan", "args": {"limit": 5}}\n{"op": "nope"}\n'
+                     b'{"op": "cancel", "args": {"handles": ["x!"]}}\nnot json\n')
+        stream.flush()
+        replies = [json.loads(stream.readline()) for _ in range(4)]
+        sock.close()
+    assert replies[0] == {"ok": True, "result": {"entries": [], "more": False}}
+    assert replies[1]["ok"] is False and "unknown op 'nope'" in replies[1]["error"]["message"]
+    assert replies[2]["error"]["type"] == "InvalidHandleError"
+    assert replies[3]["ok"] is False and replies[3]["error"]["type"] == "JSONDecodeError"
     assert not (data / "rtimer.sock").exists()

@@ -30,7 +30,9 @@ _RECONCILE_CHUNK = 10_000
 
 @dataclass(slots=True)
 class _Put:
-    record: DueRecord
+    """One claimed batch and its CommitLog put (one future for the whole batch)."""
+
+    records: list[DueRecord]
     future: Future | None
     attempts: int = 1
     retry_at_ms: int = 0
@@ -79,21 +81,20 @@ class Deliverer:
     # -- one step --------------------------------------------------------------------------
     @property
     def in_flight(self) -> int:
-        return len(self._puts)
+        return sum(len(p.records) for p in self._puts)
 
     def step(self, now_ms: int, wait_for_puts: bool = True) -> int:
         """One delivery step at ``now_ms``; returns how many deliveries it completed."""
         done = self._harvest(now_ms)
         self._retry(now_ms)
-        room = self.config.timer_max_in_flight - len(self._puts)
+        room = self.config.timer_max_in_flight - self.in_flight
         if room > 0:
             records = self.store.claim_due(now_ms, min(room, self.config.timer_deliver_batch),
                                            self.config.timer_deliver_max_bytes)
-            for record in records:
-                self._puts.append(_Put(record, self._issue(record, now_ms)))
+            if records:
+                self._puts.append(_Put(records, self._issue(records, now_ms)))
         if wait_for_puts and self._puts:
-            pending = [p.future for p in self._puts if p.future is not None]
-            wait(pending, timeout=30)
+            wait([p.future for p in self._puts if p.future is not None], timeout=30)
             done += self._harvest(now_ms)
         return done
 
@@ -109,14 +110,18 @@ class Deliverer:
                 time.sleep(0.01)
         return total
 
-    def _issue(self, record: DueRecord, now_ms: int) -> Future | None:
-        props = {TIMER_OUT_MS: str(record.key.due_ms)}
-        if TIMER_DEQUEUE_MS not in record.message.properties:
-            props[TIMER_DEQUEUE_MS] = str(now_ms)
+    def _issue(self, records: list[DueRecord], now_ms: int) -> Future | None:
+        copies = []
+        for record in records:
+            props = {TIMER_OUT_MS: str(record.key.due_ms)}
+            if TIMER_DEQUEUE_MS not in record.message.properties:
+                props[TIMER_DEQUEUE_MS] = str(now_ms)
+            copies.append(record.message.with_properties(props))
         try:
-            return self.messages.put_message_async(record.message.with_properties(props))
+            return self.messages.put_messages_async(copies)
         except RocksTimerError as exc:
-            log.error("deliver %s: put refused: %s", record.handle, exc)
+            log.error("deliver %d records from %s: put refused: %s", len(records),
+                      records[0].handle, exc)
             return None
 
     def _harvest(self, now_ms: int) -> int:
@@ -127,6 +132,7 @@ class Deliverer:
         reconcile offset) never passes a delivery whose key is still in the store.
         """
         landed: list[DueRecord] = []
+        finished: set[int] = set()
         end = None
         for put in self._puts:
             if put.future is None:
@@ -135,21 +141,21 @@ class Deliverer:
                 break
             exc = put.future.exception()
             if exc is None:
-                result = put.future.result()
-                landed.append(put.record)
-                end = max(end or 0, result.commitlog_offset + result.size)
-                self.last_lateness_ms = now_ms - put.record.key.due_ms
+                results = put.future.result()
+                landed.extend(put.records)
+                finished.add(id(put))
+                end = max(end or 0, max(r.commitlog_offset + r.size for r in results))
+                self.last_lateness_ms = now_ms - put.records[-1].key.due_ms
             else:
                 self.failed_puts += 1
                 backoff = min(100 * put.attempts, self.config.timer_put_retry_max_backoff_ms)
-                log.warning("deliver %s failed (attempt %d), retry in %d ms: %s",
-                            put.record.handle, put.attempts, backoff, exc)
+                log.warning("deliver %d records failed (attempt %d), retry in %d ms: %s",
+                            len(put.records), put.attempts, backoff, exc)
                 put.future, put.retry_at_ms = None, now_ms + backoff
                 put.attempts += 1
         if landed:
             self.store.complete(landed, end)
-            tokens = {id(r) for r in landed}
-            self._puts = deque(p for p in self._puts if id(p.record) not in tokens)
+            self._puts = deque(p for p in self._puts if id(p) not in finished)
             self.delivered += len(landed)
         return len(landed)
 
@@ -162,7 +168,7 @@ class Deliverer:
         self._puts = deque(p for p in self._puts if not (p.future is None
                                                          and p.retry_at_ms <= now_ms))
         for put in due:
-            put.future = self._issue(put.record, now_ms)
+            put.future = self._issue(put.records, now_ms)
             if put.future is None:
                 put.retry_at_ms = now_ms + min(100 * put.attempts,
                                                self.config.timer_put_retry_max_backoff_ms)

@@ -123,6 +123,11 @@ class MemoryTimerStore:
     def maintain(self, now_ms: int) -> None:
         return None
 
+    def next_due_ms(self) -> int | None:
+        with self._lock:
+            due = [r.due_ms for k, r in self._records.items() if k not in self._in_flight]
+            return min(due) if due else None
+
     def pending_count(self) -> int:
         with self._lock:
             return len(self._records)

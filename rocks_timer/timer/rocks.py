@@ -384,6 +384,19 @@ class RocksTimerStore:
             self._deletes_since_reclaim += len(present)
             return len(present)
 
+    def next_due_ms(self) -> int | None:
+        """Due time of the first pending key not in flight (a seek from the cursor)."""
+        with self._lock:
+            self._check_open()
+            it = self._timer.iter(ReadOptions())
+            try:
+                it.seek(self._claim_cursor)
+                while it.valid() and it.key() in self._in_flight:
+                    it.next()
+                return K.key_due_ms(it.key()) if it.valid() else None
+            finally:
+                del it
+
     def pending_count(self) -> int:
         with self._lock:
             self._check_open()

@@ -128,6 +128,10 @@ class TimerStore(Protocol):
     def maintain(self, now_ms: int) -> None:
         """Periodic engine work (flush, checkpoint, compaction, wheel enqueue); cheap when idle."""
 
+    def next_due_ms(self) -> int | None:
+        """Earliest pending due time not in flight, if the engine knows it cheaply; else None
+        (the broker then wakes every ``timer_precision_ms``)."""
+
     def pending_count(self) -> int: ...
 
     def stats(self) -> StoreStats: ...

@@ -228,6 +228,9 @@ class WheelTimerStore:
                                 from_ms=from_ms, to_ms=to_ms, topic=topic, limit=limit,
                                 after=after)
 
+    def next_due_ms(self) -> int | None:
+        return None  # slots are read at the precision; the loop's interval is the wheel's tick
+
     def pending_count(self) -> int:
         with self._lock:
             wheel = sum(c for c in self.state.timing.values())

@@ -1,0 +1,118 @@
+"""CommitLog append throughput through the async group-commit path, against the limit of a
+plain Python sequential write of the same bytes, measured in the same run.
+
+    python -m bench.commitlog [--messages 200000] [--body 1024] [--runs 3]
+
+Variants (each on a fresh directory, median of --runs):
+- ``baseline``: the encoded records written with one ``os.write`` per record, then one fsync
+  (what a plain Python appender does; the limit we compare against);
+- ``baseline_buffered``: the same bytes through a buffered file object (bigger writes);
+- ``async_single``: ``put_message_async`` per message, all awaited at the end;
+- ``async_batch100``: ``put_messages_async`` with 100 messages per call;
+- ``sync_flush_batch100``: as above with ``flush_disk_type="sync"`` (one fdatasync per group).
+Every variant ends with an fsync so bytes are on disk, not only in the page cache.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+
+from bench.common import median, scratch_dir, write_result
+from rocks_timer import BrokerConfig, ManualClock, Message
+from rocks_timer.message_store import MessageStore
+from rocks_timer.record import encode_record
+
+
+def make_messages(n: int, body_size: int, seed: int) -> list[Message]:
+    rng = random.Random(seed)
+    bodies = [rng.randbytes(body_size) for _ in range(256)]
+    return [Message("bench", bodies[i % 256], msg_id=f"{seed:08X}{i:024X}") for i in range(n)]
+
+
+def baseline(messages, buffered: bool) -> tuple[float, int]:
+    records = [encode_record(m, queue_id=0, queue_offset=i, physical_offset=0, store_ms=1,
+                             born_ms=1) for i, m in enumerate(messages)]
+    with scratch_dir(prefix="baseline-") as d:
+        path = d / "log"
+        start = time.perf_counter()
+        if buffered:
+            with open(path, "wb") as f:
+                for record in records:
+                    f.write(record)
+                f.flush()
+                os.fsync(f.fileno())
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            for record in records:
+                os.write(fd, record)
+            os.fsync(fd)
+            os.close(fd)
+        return time.perf_counter() - start, sum(map(len, records))
+
+
+def store_run(messages, batch: int | None, flush: str) -> tuple[float, int]:
+    config = BrokerConfig(flush_disk_type=flush).validate()
+    with scratch_dir(prefix="commitlog-") as d:
+        store = MessageStore.open(d, config, ManualClock(1_700_000_000_000))
+        start = time.perf_counter()
+        if batch is None:
+            futures = [store.put_message_async(m) for m in messages]
+            for future in futures:
+                future.result()
+        else:
+            futures = [store.put_messages_async(messages[i:i + batch])
+                       for i in range(0, len(messages), batch)]
+            for future in futures:
+                future.result()
+        store.flush()
+        elapsed = time.perf_counter() - start
+        written = store.commitlog.bytes_written
+        store.close()
+        return elapsed, written
+
+
+VARIANTS = {
+    "baseline": lambda msgs: baseline(msgs, buffered=False),
+    "baseline_buffered": lambda msgs: baseline(msgs, buffered=True),
+    "async_single": lambda msgs: store_run(msgs, None, "async"),
+    "async_batch100": lambda msgs: store_run(msgs, 100, "async"),
+    "sync_flush_batch100": lambda msgs: store_run(msgs, 100, "sync"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.commitlog", description=__doc__)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--body", type=int, default=1024)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args(argv)
+    messages = make_messages(args.messages, args.body, args.seed)
+    rows = {}
+    for name, run in VARIANTS.items():
+        times, written = [], 0
+        for _ in range(args.runs):
+            elapsed, written = run(messages)
+            times.append(elapsed)
+        t = median(times)
+        rows[name] = {"seconds": round(t, 4), "runs": [round(x, 4) for x in times],
+                      "msgs_per_s": round(args.messages / t), "mb_per_s": round(written / t / 1e6, 1),
+                      "bytes": written}
+    limit = rows["baseline"]["mb_per_s"]
+    for row in rows.values():
+        row["vs_baseline"] = round(row["mb_per_s"] / limit, 3)
+    path = write_result("commitlog", {"messages": args.messages, "body_bytes": args.body,
+                                      "runs": args.runs, "variants": rows,
+                                      "target": "async path >= 50% of the baseline's MB/s"})
+    print(f"| variant | msgs/s | MB/s | vs baseline |\n|---|---|---|---|")
+    for name, row in rows.items():
+        print(f"| {name} | {row['msgs_per_s']:,} | {row['mb_per_s']} | {row['vs_baseline']:.0%} |")
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

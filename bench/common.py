@@ -1,0 +1,70 @@
+"""Small helpers shared by the benchmarks: result files, scratch dirs on a real disk, timing."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict:
+    return {"python": platform.python_version(), "cpus": os.cpu_count(),
+            "platform": platform.platform()}
+
+
+def write_result(name: str, payload: dict) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {"benchmark": name, "machine": machine(),
+               "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **payload}
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+def is_tmpfs(path: Path) -> bool:
+    best, fstype = "", ""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _dev, mount, kind, *_ = line.split()
+        if str(path.resolve()).startswith(mount) and len(mount) > len(best):
+            best, fstype = mount, kind
+    return fstype in ("tmpfs", "ramfs")
+
+
+@contextmanager
+def scratch_dir(base: Path | None = None, prefix: str = "bench-"):
+    """A fresh directory on a real disk (never tmpfs), removed afterwards."""
+    base = base or RESULTS / "tmp"
+    base.mkdir(parents=True, exist_ok=True)
+    if is_tmpfs(base):
+        raise RuntimeError(f"{base} is on tmpfs; benchmarks must write to a real disk")
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, int(round(q / 100 * (len(ordered) - 1)))))
+    return ordered[index]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def io_write_bytes() -> int:
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("write_bytes:"):
+            return int(line.split()[1])
+    return 0

@@ -1,0 +1,244 @@
+"""RocksDB engine benchmark: send, deliver, lateness, a 1M burst and tombstones, in one run.
+
+    python -m bench.rocks [--messages 100000] [--burst 1000000] [--rate 5000] [--seconds 20]
+
+1. send: ``RocksTimerStore.schedule`` with single records and batches of 100 vs a raw rocksdict
+   WriteBatch of the same (pre-encoded) keys and values; plus ``Broker.send_batch`` end to end.
+2. deliver: due messages per second from the store into the CommitLog (manual clock jumped past
+   every due time) vs the CommitLog's own batched append rate for the same messages.
+3. lateness: real clock, ``Broker.start()``, a producer keeping a steady ``--rate`` of messages
+   falling due per second; lateness = time the copy was stored on its topic - due time.
+4. burst: ``--burst`` messages due in the same second, drained by the broker, in a child process
+   so its peak RSS is its own; then the cost of an empty tick after all those deletions vs on a
+   fresh store (the tombstone check).
+Results: bench/results/rocks.json; a markdown summary is printed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import threading
+import time
+
+from bench.common import median, percentile, scratch_dir, write_result
+from rocks_timer import Broker, BrokerConfig, ManualClock, Message, SystemClock
+from rocks_timer.message_store import MessageStore
+from rocks_timer.timer.keys import encode_key
+from rocks_timer.timer.profiles import build_options
+from rocks_timer.timer.rocks import RocksTimerStore
+from rocks_timer.timer.store import TimerKey, TimerRecord
+from rocks_timer.timer.values import encode_value
+
+T0 = 1_767_225_600_000
+
+
+def records(n: int, seed: int, body: int = 1024, spread_ms: int = 3_600_000) -> list[TimerRecord]:
+    rng = random.Random(seed)
+    pool = [rng.randbytes(body) for _ in range(256)]
+    return [TimerRecord(T0 + 1000 + rng.randrange(spread_ms),
+                        Message("orders", pool[i % 256], msg_id=f"{seed:08X}{i:024X}"))
+            for i in range(n)]
+
+
+def bench_send(n: int, runs: int) -> dict:
+    config = BrokerConfig().validate()
+    recs = records(n, 1)
+    keys = [encode_key(TimerKey(r.due_ms, r.message.topic, r.message.msg_id)) for r in recs]
+    values = [encode_value(r.message, config.timer_compress_threshold) for r in recs]
+    out = {}
+    for batch in (1, 100):
+        store_t, raw_t = [], []
+        for _ in range(runs):  # interleaved so a noisy neighbour hits both sides alike
+            with scratch_dir(prefix="send-") as d:
+                store = RocksTimerStore.open(d / "s", config)
+                start = time.perf_counter()
+                for i in range(0, n, batch):
+                    store.schedule(recs[i:i + batch], T0)
+                store_t.append(time.perf_counter() - start)
+                store.close()
+                raw_t.append(raw_writebatch(d / "raw", keys, values, batch))
+        out[f"batch{batch}"] = {
+            "store_msgs_per_s": round(n / median(store_t)),
+            "raw_msgs_per_s": round(n / median(raw_t)),
+            "store_vs_raw": round(median(raw_t) / median(store_t), 3)}
+    with scratch_dir(prefix="broker-send-") as d:
+        broker = Broker.open(d, BrokerConfig(), clock=ManualClock(T0))
+        msgs = [r.message for r in recs]
+        start = time.perf_counter()
+        for i in range(0, n, 100):
+            broker.send_batch(msgs[i:i + 100], deliver_at_ms=T0 + 60_000)
+        out["broker_send_batch100_msgs_per_s"] = round(n / (time.perf_counter() - start))
+        broker.close()
+    return out
+
+
+def raw_writebatch(path, keys, values, batch) -> float:
+    from rocksdict import Rdict, WriteBatch, WriteOptions
+    db = Rdict(str(path), build_options("default"),
+               column_families={"timer": build_options("default")})
+    handle = db.get_column_family_handle("timer")
+    options = WriteOptions()
+    start = time.perf_counter()
+    for i in range(0, len(keys), batch):
+        wb = WriteBatch(raw_mode=True)
+        for j in range(i, min(i + batch, len(keys))):
+            wb.put(keys[j], values[j], handle)
+        db.write(wb, options)
+    elapsed = time.perf_counter() - start
+    del handle
+    db.close()
+    return elapsed
+
+
+def bench_deliver(n: int) -> dict:
+    recs = records(n, 2, spread_ms=60_000)
+    with scratch_dir(prefix="deliver-") as d:
+        clock = ManualClock(T0)
+        broker = Broker.open(d / "b", BrokerConfig(timer_deliver_batch=2000,
+                                                   timer_max_in_flight=4000), clock=clock)
+        broker.timer.schedule(recs, T0)
+        clock.set(T0 + 3_600_000)
+        start = time.perf_counter()
+        delivered = 0
+        while delivered < n:
+            delivered += broker.tick()
+        deliver_s = time.perf_counter() - start
+        broker.close()
+        store = MessageStore.open(d / "append", BrokerConfig(), ManualClock(T0))
+        msgs = [r.message for r in recs]
+        start = time.perf_counter()
+        futures = [store.put_messages_async(msgs[i:i + 2000]) for i in range(0, n, 2000)]
+        for future in futures:
+            future.result()
+        append_s = time.perf_counter() - start
+        store.close()
+    return {"deliver_msgs_per_s": round(n / deliver_s),
+            "commitlog_append_msgs_per_s": round(n / append_s),
+            "deliver_vs_append": round(append_s / deliver_s, 3)}
+
+
+def bench_lateness(rate: int, seconds: int) -> dict:
+    with scratch_dir(prefix="lateness-") as d:
+        broker = Broker.open(d, BrokerConfig(), clock=SystemClock()).start()
+        stop = time.monotonic() + seconds
+        sent = 0
+
+        def producer():
+            nonlocal sent
+            tick_s = 0.02
+            per_tick = max(1, int(rate * tick_s))
+            next_at = time.monotonic()
+            while time.monotonic() < stop:
+                batch = [Message("late", b"x" * 256) for _ in range(per_tick)]
+                broker.send_batch(batch, delay_ms=1000)
+                sent += per_tick
+                next_at += tick_s
+                time.sleep(max(0.0, next_at - time.monotonic()))
+
+        thread = threading.Thread(target=producer)
+        thread.start()
+        thread.join()
+        deadline = time.monotonic() + 30
+        while broker.max_offset("late") < sent and time.monotonic() < deadline:
+            time.sleep(0.05)
+        late, offset = [], 0
+        while page := broker.pull("late", 0, offset, 5000):
+            late.extend(m.store_ms - int(m.properties["TIMER_DELIVER_MS"]) for m in page)
+            offset = page[-1].queue_offset + 1
+        broker.close()
+    return {"rate_per_s": rate, "seconds": seconds, "sent": sent, "delivered": len(late),
+            "p50_ms": percentile(late, 50), "p99_ms": percentile(late, 99),
+            "max_ms": max(late) if late else None, "early": sum(1 for x in late if x < 0)}
+
+
+def burst_child(n: int) -> dict:
+    """Runs in its own process: n messages due in one second, drained; then tombstone costs."""
+    rng = random.Random(3)
+    pool = [rng.randbytes(1024) for _ in range(64)]
+    with scratch_dir(prefix="burst-") as d:
+        fresh_cost = empty_tick_cost(d / "fresh")
+        clock = ManualClock(T0)
+        broker = Broker.open(d / "b", BrokerConfig(), clock=clock)
+        due = T0 + 60_000
+        for start in range(0, n, 10_000):  # generated in chunks: never all in memory
+            chunk = [TimerRecord(due + rng.randrange(1000),
+                                 Message("burst", pool[i % 64], msg_id=f"BB{i:030X}"))
+                     for i in range(start, min(n, start + 10_000))]
+            broker.timer.schedule(chunk, T0)
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        clock.set(due + 1000)
+        start = time.perf_counter()
+        delivered = 0
+        while delivered < n:
+            delivered += broker.tick()
+        drain_s = time.perf_counter() - start
+        broker.tick()
+        after_cost = empty_tick_cost(broker=broker, clock=clock)
+        broker.close()
+    return {"messages": n, "drain_s": round(drain_s, 2), "drain_msgs_per_s": round(n / drain_s),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+            "rss_before_drain_mb": round(rss_before / 1024, 1),
+            "empty_tick_fresh_us": fresh_cost, "empty_tick_after_deletes_us": after_cost,
+            "tombstone_ratio": round(after_cost / fresh_cost, 2)}
+
+
+def empty_tick_cost(path=None, broker=None, clock=None, reps: int = 2000) -> float:
+    """Median µs of a broker tick with nothing due (the deliverer's scan from its cursor)."""
+    own = broker is None
+    if own:
+        clock = ManualClock(T0)
+        broker = Broker.open(path, BrokerConfig(), clock=clock)
+        broker.send(Message("burst", b"x"), delay_ms=3_600_000)  # something pending, not due
+    samples = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        broker.deliverer.step(clock.now_ms())
+        samples.append((time.perf_counter() - start) * 1e6)
+    if own:
+        broker.close()
+    return round(median(samples), 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.rocks", description=__doc__)
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--burst", type=int, default=1_000_000)
+    parser.add_argument("--rate", type=int, default=5000)
+    parser.add_argument("--seconds", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--burst-child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.burst_child is not None:
+        print(json.dumps(burst_child(args.burst_child)))
+        return 0
+    result = {"send": bench_send(args.messages, args.runs),
+              "deliver": bench_deliver(args.messages),
+              "lateness": bench_lateness(args.rate, args.seconds)}
+    child = subprocess.run([sys.executable, "-m", "bench.rocks", "--burst-child", str(args.burst)],
+                           capture_output=True, text=True, check=True)
+    result["burst"] = json.loads(child.stdout.strip().splitlines()[-1])
+    path = write_result("rocks", {"args": vars(args), **result})
+    s, dl, la, b = result["send"], result["deliver"], result["lateness"], result["burst"]
+    print("| figure | measured | target |\n|---|---|---|")
+    for batch in ("batch1", "batch100"):
+        print(f"| send {batch}: store / raw WriteBatch | {s[batch]['store_msgs_per_s']:,} / "
+              f"{s[batch]['raw_msgs_per_s']:,} msg/s ({s[batch]['store_vs_raw']:.0%}) | >= 50% |")
+    print(f"| Broker.send_batch(100) end to end | {s['broker_send_batch100_msgs_per_s']:,} msg/s | |")
+    print(f"| deliver into CommitLog / CommitLog append | {dl['deliver_msgs_per_s']:,} / "
+          f"{dl['commitlog_append_msgs_per_s']:,} msg/s ({dl['deliver_vs_append']:.0%}) | |")
+    print(f"| lateness at {la['rate_per_s']}/s: p50 / p99 / max | {la['p50_ms']} / {la['p99_ms']} / "
+          f"{la['max_ms']} ms, early {la['early']} | p99 <= 200 ms, 0 early |")
+    print(f"| burst {b['messages']:,} due in 1 s: drain, peak RSS | {b['drain_s']} s "
+          f"({b['drain_msgs_per_s']:,}/s), {b['peak_rss_mb']} MB | < 500 MB |")
+    print(f"| empty tick: fresh / after {b['messages']:,} deletes | {b['empty_tick_fresh_us']} / "
+          f"{b['empty_tick_after_deletes_us']} µs ({b['tombstone_ratio']}x) | <= 2x |")
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
