@@ -251,10 +251,14 @@ class Broker:
             try:
                 now = self.clock.now_ms()
                 with self._tick_lock:
-                    busy = self._timer_step(now)
+                    claimed_before = self.deliverer.in_flight
+                    busy = self._timer_step(now, wait=False)
                     self._housekeeping(now)
-                if busy >= self.config.timer_deliver_batch:
-                    continue  # a full batch: more may be due right now
+                    claimed = self.deliverer.in_flight + busy - claimed_before
+                if self.deliverer.in_flight:
+                    if claimed == 0 or self.deliverer.in_flight >= self.config.timer_max_in_flight:
+                        self.deliverer.wait_oldest(interval_ms / 1000)
+                    continue  # pipelined: claim the next batch while this one is written
                 sleep_ms = interval_ms
                 next_due = self.timer.next_due_ms()
                 if next_due is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from rocks_timer.config import BrokerConfig
@@ -18,7 +18,7 @@ from rocks_timer.errors import DelayOutOfRangeError, InvalidMessageError
 from rocks_timer.message import (BROKER_OWNED_PROPERTIES, DELAY, NAME_VALUE_SEPARATOR,
                                  PROPERTY_SEPARATOR, REAL_QID, REAL_TOPIC, SCHEDULE_TOPIC,
                                  TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS,
-                                 TIMER_PROPERTIES, Message, encode_properties, is_system_topic,
+                                 TIMER_PROPERTIES, UNIQ_KEY, Message, is_system_topic,
                                  new_msg_id)
 from rocks_timer.record import MAX_PROPERTIES_SIZE
 from rocks_timer.timer.handles import TOPIC_PATTERN
@@ -110,28 +110,27 @@ def route(msg: Message, *, now_ms: int, config: BrokerConfig, delay_level: int |
           deliver_at: dt.datetime | None = None) -> Route:
     """Validate ``msg`` and decide where it goes. Raises from the error tree; stores nothing."""
     _validate(msg, config)
+    props = dict(msg.properties)
     extra = scheduling_properties(delay_level, delay_ms, deliver_at_ms, deliver_at)
     if extra:
-        present = sorted((set(TIMER_PROPERTIES) | {DELAY}) & set(msg.properties))
+        present = sorted((set(TIMER_PROPERTIES) | {DELAY}) & set(props))
         if present:
             raise InvalidMessageError(f"the message already carries {', '.join(present)}; give "
                                       "the schedule either as properties or as an argument")
-        msg = msg.with_properties(extra)
-    if msg.msg_id is None:
-        msg = msg.with_properties({"UNIQ_KEY": new_msg_id()})
-    if msg.born_ms is None:
-        msg = replace(msg, born_ms=now_ms)
-    props = msg.properties
+        props.update(extra)
+    if UNIQ_KEY not in props:
+        props[UNIQ_KEY] = new_msg_id()
+    born_ms = now_ms if msg.born_ms is None else msg.born_ms
 
     level = _integer(DELAY, props[DELAY]) if DELAY in props else 0
     if level > 0:
         levels = config.delay_levels
         level = levels.clamp(level)
-        real_qid = msg.queue_id or 0
-        parked = msg.with_properties(
-            {DELAY: str(level), REAL_TOPIC: msg.topic, REAL_QID: str(real_qid)},
-            remove=TIMER_PROPERTIES)
-        parked = replace(parked, topic=SCHEDULE_TOPIC, queue_id=levels.queue_id(level))
+        for name in TIMER_PROPERTIES:
+            props.pop(name, None)
+        props.update({DELAY: str(level), REAL_TOPIC: msg.topic, REAL_QID: str(msg.queue_id or 0)})
+        parked = msg.copy(topic=SCHEDULE_TOPIC, queue_id=levels.queue_id(level), properties=props,
+                          born_ms=born_ms)
         _check_properties_size(parked)
         return Route("level", parked, now_ms + levels.delay_ms(level), level)
 
@@ -141,20 +140,22 @@ def route(msg: Message, *, now_ms: int, config: BrokerConfig, delay_level: int |
             value = _integer(name, props[name])
             candidate = now_ms + value * base if base else value
             due_ms = candidate if due_ms is None else due_ms
-    _check_properties_size(msg)
     if due_ms is None or due_ms <= now_ms:
-        return Route("immediate", msg, now_ms)
+        final = msg.copy(properties=props, born_ms=born_ms)
+        _check_properties_size(final)
+        return Route("immediate", final, now_ms)
     if due_ms - now_ms > config.max_delay_ms:
         raise DelayOutOfRangeError(
             f"due time {due_ms} is {due_ms - now_ms} ms ahead; the maximum is "
             f"{config.max_delay_ms} ms (timer_max_delay_sec={config.timer_max_delay_sec})")
-    if TIMER_DELIVER_MS not in props:
-        msg = msg.with_properties({TIMER_DELIVER_MS: str(due_ms)})
-    return Route("timer", msg, due_ms)
+    props.setdefault(TIMER_DELIVER_MS, str(due_ms))
+    final = msg.copy(properties=props, born_ms=born_ms)
+    _check_properties_size(final)
+    return Route("timer", final, due_ms)
 
 
 def _check_properties_size(msg: Message) -> None:
-    size = len(encode_properties(msg.properties))
+    size = len(msg.encoded_properties)
     if size > MAX_PROPERTIES_SIZE:
         raise InvalidMessageError(f"properties of {size} bytes exceed the limit of "
                                   f"{MAX_PROPERTIES_SIZE} bytes")

@@ -268,7 +268,7 @@ def test_demo_smoke(data):
     result = rt(data, "demo", "--messages", "60", "--max-delay", "2s")
     out = result.stdout
     assert "delivery summary" in out and "OK:" in out
-    row = next(line.split() for line in out.splitlines() 
+    row = next(line.split() for line in out.splitlines()
                if line.strip().startswith("rocksdb timer") and line.split()[2].isdigit())
     sent, cancelled, delivered, lost, early, dups, cxl = map(int, row[2:9])
     assert (sent, cancelled, delivered, lost, early, dups, cxl) == (60, 1, 59, 0, 0, 0, 0)

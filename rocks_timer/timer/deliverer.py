@@ -98,6 +98,15 @@ class Deliverer:
             done += self._harvest(now_ms)
         return done
 
+    def wait_oldest(self, timeout_s: float) -> None:
+        """Block until the oldest put in flight finishes (pipelined mode: the background loop
+        claims the next batch while the writer writes this one, and waits here when it has
+        nothing else to do)."""
+        for put in self._puts:
+            if put.future is not None:
+                wait([put.future], timeout=timeout_s)
+                return
+
     def drain(self, now_ms: int, timeout_s: float = 30.0) -> int:
         """Step until nothing due is left or in flight (used on stop and by tests)."""
         total, deadline = 0, time.monotonic() + timeout_s
