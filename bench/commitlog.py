@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     path = write_result("commitlog", {"messages": args.messages, "body_bytes": args.body,
                                       "runs": args.runs, "variants": rows,
                                       "target": "async path >= 50% of the baseline's MB/s"})
-    print(f"| variant | msgs/s | MB/s | vs baseline |\n|---|---|---|---|")
+    print("| variant | msgs/s | MB/s | vs baseline |\n|---|---|---|---|")
     for name, row in rows.items():
         print(f"| {name} | {row['msgs_per_s']:,} | {row['mb_per_s']} | {row['vs_baseline']:.0%} |")
     print(f"results: {path}")

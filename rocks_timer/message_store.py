@@ -29,7 +29,7 @@ from rocks_timer.errors import (CorruptRecordError, InvalidMessageError, PutFail
                                 RocksTimerError, StoreClosedError)
 from rocks_timer.message import DELAY, SCHEDULE_TOPIC, Message, new_msg_id
 from rocks_timer.record import (HEADER_SIZE, MAX_STORED_PROPERTIES, decode_record,
-                                encode_record_into,
+                                encode_group,
                                 java_string_hash, record_size)
 
 log = logging.getLogger(__name__)
@@ -241,44 +241,45 @@ class MessageStore:
         store_ms = self.clock.now_ms()
         next_offsets = self._next_queue_offset
         assigned: dict[tuple[str, int], int] = {}
-        dispatch: dict[tuple[str, int], list] = defaultdict(list)
-        topic_bytes: dict[str, int] = defaultdict(int)
-        commitlog, levels = self.commitlog, self._levels
-        chunk, chunk_start, chunk_limit, results = bytearray(), 0, 0, []
+        queue_ids, queue_offsets = [], []
         for msg in messages:
-            queue_id = msg.queue_id or 0
-            key = (msg.topic, queue_id)
+            key = (msg.topic, msg.queue_id or 0)
             queue_offset = assigned.get(key)
             if queue_offset is None:
                 queue_offset = next_offsets.get(key)
                 if queue_offset is None:
                     queue_offset = self.queues.get_or_create(*key).max_offset
-            props = msg.encoded_properties
-            size = record_size(len(msg.body), len(msg.topic), len(props))
-            if chunk and chunk_start + len(chunk) + size > chunk_limit:
-                commitlog.write(chunk_start, bytes(chunk), store_ms)
-                chunk = bytearray()
-            if not chunk:
-                chunk_start = commitlog.position_for(size)
-                chunk_limit = commitlog.segment_limit()
-            position = chunk_start + len(chunk)
-            size = encode_record_into(
-                chunk, msg, props, queue_id=queue_id, queue_offset=queue_offset,
-                physical_offset=position, store_ms=store_ms,
-                born_ms=msg.born_ms if msg.born_ms is not None else store_ms)
             assigned[key] = queue_offset + 1
-            dispatch[key].append((position, size,
-                                  tags_code(msg.topic, msg.properties, store_ms, levels)))
-            topic_bytes[msg.topic] += size
+            queue_ids.append(key[1])
+            queue_offsets.append(queue_offset)
+        props = [m.encoded_properties for m in messages]
+        sizes = [record_size(len(m.body), len(m.topic), len(p)) for m, p in zip(messages, props)]
+        positions: list[int] = []
+        commitlog, i, n = self.commitlog, 0, len(messages)
+        while i < n:  # one run per segment the group touches
+            start = commitlog.position_for(sizes[i])
+            limit, end, j = commitlog.segment_limit(), start, i
+            while j < n and end + sizes[j] <= limit:
+                positions.append(end)
+                end += sizes[j]
+                j += 1
+            buf, _ = encode_group(messages[i:j], props[i:j], queue_ids[i:j], queue_offsets[i:j],
+                                  start, store_ms)
+            commitlog.write(start, buf, store_ms)
+            i = j
+        next_offsets.update(assigned)
+        dispatch: dict[tuple[str, int], list] = defaultdict(list)
+        results = []
+        levels, by_topic = self._levels, self._bytes_by_topic
+        for msg, queue_id, queue_offset, position, size in zip(
+                messages, queue_ids, queue_offsets, positions, sizes):
+            dispatch[(msg.topic, queue_id)].append(
+                (position, size, tags_code(msg.topic, msg.properties, store_ms, levels)))
+            by_topic[msg.topic] += size
             results.append(PutResult(msg.msg_id, msg.topic, queue_id, queue_offset, position,
                                      size, store_ms))
-        if chunk:
-            commitlog.write(chunk_start, bytes(chunk), store_ms)
-        next_offsets.update(assigned)
         for key, entries in dispatch.items():
             self.queues.get_or_create(*key).append(entries, assigned[key] - len(entries))
-        for topic, n in topic_bytes.items():
-            self._bytes_by_topic[topic] += n
         self.groups_written += 1
         self.messages_written += len(results)
         return results

@@ -37,9 +37,10 @@ from rocks_timer.timer import keys as K
 from rocks_timer.timer import rocks_maint, rocks_meta
 from rocks_timer.timer.handles import decode_handle, encode_handle
 from rocks_timer.timer.profiles import build_options, compaction_style
-from rocks_timer.timer.store import (DueRecord, PendingEntry, ScanPage, Scheduled, StoreStats,
+from rocks_timer.timer.rocks_scan import collect_pending
+from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats,
                                      TimerKey, TimerRecord)
-from rocks_timer.timer.values import decode_value, encode_value, peek_value
+from rocks_timer.timer.values import decode_value, encode_value
 
 log = logging.getLogger(__name__)
 
@@ -310,9 +311,8 @@ class RocksTimerStore:
             except InvalidMessageError as exc:
                 raise InvalidHandleError(f"after={after!r} names no possible key: {exc}") from None
             start = max(start, K.key_successor(after_key))
-        entries: list[PendingEntry] = []
         if limit <= 0 or (to_ms is not None and to_ms < 0):
-            return ScanPage(entries, None)
+            return ScanPage([], None)
         examine_budget = max(SCAN_EXAMINE_MIN, 10 * limit)
         resume: bytes | None = None  # key to resume after when the page is cut short
         with self._lock:
@@ -324,33 +324,10 @@ class RocksTimerStore:
             it = self._timer.iter(read_opts)
             try:
                 it.seek(start)
-                last_examined = None
-                while it.valid():
-                    if examine_budget <= 0:
-                        resume = last_examined
-                        break
-                    examine_budget -= 1
-                    raw = it.key()
-                    try:
-                        key = K.decode_key(raw)
-                        last_examined = raw
-                        if topic is None or key.topic == topic:
-                            if len(entries) >= limit:  # one more match exists: page is full
-                                resume = K.encode_key(TimerKey(entries[-1].deliver_at_ms,
-                                                               entries[-1].topic,
-                                                               entries[-1].msg_id))
-                                break
-                            info = peek_value(raw, it.value())
-                            entries.append(PendingEntry(
-                                deliver_at_ms=key.due_ms, topic=key.topic, msg_id=key.msg_id,
-                                handle=encode_handle(key.topic, key.due_ms, key.msg_id),
-                                size=info.body_size, queue_id=info.queue_id, tags=info.tags))
-                    except CorruptRecordError as exc:  # claim_due quarantines it later
-                        self._scan_corrupt_skipped += 1
-                        log.warning("timer store %s: scan skipped corrupt entry: %s", self.path, exc)
-                    it.next()
+                entries, resume, corrupt = collect_pending(it, topic, limit, examine_budget)
             finally:
                 del it
+            self._scan_corrupt_skipped += corrupt
         next_after = None
         if resume is not None:
             key = K.decode_key(resume)

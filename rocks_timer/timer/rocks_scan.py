@@ -1,0 +1,47 @@
+"""The listing walk of the RocksDB store's ``scan``: pending entries from an iterator, bounded."""
+from __future__ import annotations
+
+import logging
+
+from rocks_timer.errors import CorruptRecordError
+from rocks_timer.timer import keys as K
+from rocks_timer.timer.handles import encode_handle
+from rocks_timer.timer.store import PendingEntry, TimerKey
+from rocks_timer.timer.values import peek_value
+
+log = logging.getLogger(__name__)
+
+
+def collect_pending(it, topic: str | None, limit: int, examine_budget: int
+                    ) -> tuple[list[PendingEntry], bytes | None, int]:
+    """Walk a positioned iterator: up to ``limit`` entries (optionally of one topic), examining
+    at most ``examine_budget`` keys. Returns the entries, the key to resume after when the page
+    was cut short (None at the end), and how many corrupt entries were skipped (``claim_due``
+    quarantines them later)."""
+    entries: list[PendingEntry] = []
+    resume: bytes | None = None
+    last_examined: bytes | None = None
+    corrupt = 0
+    while it.valid():
+        if examine_budget <= 0:
+            return entries, last_examined, corrupt
+        examine_budget -= 1
+        raw = it.key()
+        try:
+            key = K.decode_key(raw)
+            last_examined = raw
+            if topic is None or key.topic == topic:
+                if len(entries) >= limit:  # one more match exists: the page is full
+                    last = entries[-1]
+                    resume = K.encode_key(TimerKey(last.deliver_at_ms, last.topic, last.msg_id))
+                    return entries, resume, corrupt
+                info = peek_value(raw, it.value())
+                entries.append(PendingEntry(
+                    deliver_at_ms=key.due_ms, topic=key.topic, msg_id=key.msg_id,
+                    handle=encode_handle(key.topic, key.due_ms, key.msg_id),
+                    size=info.body_size, queue_id=info.queue_id, tags=info.tags))
+        except CorruptRecordError as exc:
+            corrupt += 1
+            log.warning("timer store scan skipped a corrupt entry: %s", exc)
+        it.next()
+    return entries, None, corrupt
