@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from rocks_timer.clock import Clock, SystemClock
+from rocks_timer.clock import Clock, ManualClock, SystemClock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import ConfigError, EngineNotAvailableError, StoreClosedError, StoreLockedError
 from rocks_timer.message import Message
@@ -209,9 +209,18 @@ class Broker:
     # -- services -----------------------------------------------------------------------------
     def tick(self, now_ms: int | None = None) -> int:
         """One synchronous step of every service at ``now_ms`` (default: the clock's time).
-        Returns how many messages reached their real topic."""
+        Returns how many messages reached their real topic.
+
+        A step never runs ahead of the clock that stamps stored messages: a ``ManualClock``
+        behind ``now_ms`` is moved forward to it; a real clock caps ``now_ms`` at its own time
+        (so a delivered copy's ``store_ms`` is never before its due time)."""
         self._check_open()
-        now = self.clock.now_ms() if now_ms is None else now_ms
+        now = self.clock.now_ms()
+        if now_ms is not None and now_ms != now:
+            if isinstance(self.clock, ManualClock) and now_ms > now:
+                now = self.clock.set(now_ms)
+            else:
+                now = min(now_ms, now)
         with self._tick_lock:
             delivered = self._timer_step(now)
             if self.levels is not None:

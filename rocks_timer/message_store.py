@@ -16,6 +16,7 @@ import struct
 import threading
 from collections import defaultdict
 from functools import lru_cache
+from itertools import accumulate
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Iterator, NamedTuple
@@ -28,9 +29,9 @@ from rocks_timer.delay_levels import DelayLevelTable
 from rocks_timer.errors import (CorruptRecordError, InvalidMessageError, PutFailedError,
                                 RocksTimerError, StoreClosedError)
 from rocks_timer.message import DELAY, SCHEDULE_TOPIC, Message, new_msg_id
-from rocks_timer.record import (HEADER_SIZE, MAX_STORED_PROPERTIES, decode_record,
-                                encode_group,
-                                java_string_hash, record_size)
+from rocks_timer.record import (FIXED_SIZE, HEADER_SIZE, MAX_STORED_PROPERTIES,
+                                decode_record, encode_group,
+                                java_string_hash)
 
 log = logging.getLogger(__name__)
 _GROUP_MAX_MESSAGES = 4096
@@ -253,31 +254,31 @@ class MessageStore:
             queue_ids.append(key[1])
             queue_offsets.append(queue_offset)
         props = [m.encoded_properties for m in messages]
-        sizes = [record_size(len(m.body), len(m.topic), len(p)) for m, p in zip(messages, props)]
-        positions: list[int] = []
-        commitlog, i, n = self.commitlog, 0, len(messages)
+        sizes = [FIXED_SIZE + len(m.body) + len(m.topic) + len(p) for m, p in zip(messages, props)]
+        commitlog, i, n, runs = self.commitlog, 0, len(messages), []
         while i < n:  # one run per segment the group touches
             start = commitlog.position_for(sizes[i])
             limit, end, j = commitlog.segment_limit(), start, i
             while j < n and end + sizes[j] <= limit:
-                positions.append(end)
                 end += sizes[j]
                 j += 1
             buf, _ = encode_group(messages[i:j], props[i:j], queue_ids[i:j], queue_offsets[i:j],
                                   start, store_ms)
             commitlog.write(start, buf, store_ms)
+            runs.append((start, i, j))
             i = j
         next_offsets.update(assigned)
+        positions: list[int] = []
+        for start, i, j in runs:
+            positions += accumulate(sizes[i:j - 1], initial=start)
         dispatch: dict[tuple[str, int], list] = defaultdict(list)
-        results = []
         levels, by_topic = self._levels, self._bytes_by_topic
-        for msg, queue_id, queue_offset, position, size in zip(
-                messages, queue_ids, queue_offsets, positions, sizes):
+        results = [PutResult(m.msg_id, m.topic, q, o, p, z, store_ms) for m, q, o, p, z in zip(
+            messages, queue_ids, queue_offsets, positions, sizes)]
+        for msg, queue_id, position, size in zip(messages, queue_ids, positions, sizes):
             dispatch[(msg.topic, queue_id)].append(
                 (position, size, tags_code(msg.topic, msg.properties, store_ms, levels)))
             by_topic[msg.topic] += size
-            results.append(PutResult(msg.msg_id, msg.topic, queue_id, queue_offset, position,
-                                     size, store_ms))
         for key, entries in dispatch.items():
             self.queues.get_or_create(*key).append(entries, assigned[key] - len(entries))
         self.groups_written += 1

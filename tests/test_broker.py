@@ -77,3 +77,11 @@ def test_stats_shape(make_broker, clock):
     broker.tick()
     stats = broker.stats()
     assert stats["pending"] == 0 and stats["delivered"] == 1 and stats["lag_ms"] == 0
+
+
+def test_tick_with_an_explicit_time_never_stores_before_due(make_broker, clock):
+    broker = make_broker("rocksdb")
+    sent = broker.send(Message("orders", b"x"), delay_ms=5_000)
+    broker.tick(clock.now_ms() + 5_000)  # the manual clock is moved forward with it
+    [m] = broker.pull("orders")
+    assert m.store_ms >= sent.deliver_at_ms and clock.now_ms() == sent.deliver_at_ms
