@@ -221,7 +221,10 @@ def project(spark, coef: dict[str, Any], n: int, mix: dict[str, float], body_siz
     pending_bytes = agg["delay_ms_sum"] / 86_400_000 * payload  # Little's law, steady state
     out: dict[str, Any] = {"messages_per_day": count, "payload_per_message": payload,
                            "memtable_lifetime_ms": life, "features": means, "engines": {}}
-    for engine in ("rocksdb", "wheel", "levels"):
+    engines = ["rocksdb", "wheel"]
+    if all(SPECS[name].level_shaped for name in mix):  # levels cannot express other delays
+        engines.append("levels")
+    for engine in engines:
         per_msg = predict_per_message(engine, coef, payload, **means)
         logical = per_msg * count
         phys = logical * (coef.get(f"physical_per_logical_{engine}") or 1.0)

@@ -5,9 +5,10 @@ from rocks_timer import InvalidHandleError, Message
 from rocks_timer.message import TIMER_DELIVER_MS, TIMER_OUT_MS
 from engine_helpers import DURABLE_ENGINES, ENGINES, drive, pulled
 
-pytestmark = pytest.mark.parametrize("engine", ENGINES)
+every_engine = pytest.mark.parametrize("engine", ENGINES)
 
 
+@every_engine
 def test_never_early_and_delivered_after_due(engine, make_broker, clock):
     broker = make_broker(engine)
     start = clock.now_ms()
@@ -27,6 +28,7 @@ def test_never_early_and_delivered_after_due(engine, make_broker, clock):
         assert m.keys == (f"k{int(m.body[1:])}",)
 
 
+@every_engine
 def test_real_queue_id_is_restored(engine, make_broker, clock):
     broker = make_broker(engine)
     sent = broker.send(Message("orders", b"q3", queue_id=3), delay_ms=500)
@@ -35,6 +37,7 @@ def test_real_queue_id_is_restored(engine, make_broker, clock):
     assert m.msg_id == sent.msg_id and m.queue_id == 3
 
 
+@every_engine
 def test_cancel_before_due_means_never_delivered(engine, make_broker, clock):
     broker = make_broker(engine)
     keep = broker.send(Message("orders", b"keep"), delay_ms=5000)
@@ -44,6 +47,7 @@ def test_cancel_before_due_means_never_delivered(engine, make_broker, clock):
     assert [m.msg_id for m in pulled(broker, "orders")] == [keep.msg_id]
 
 
+@every_engine
 def test_cancel_after_delivery_is_false(engine, make_broker, clock):
     broker = make_broker(engine)
     sent = broker.send(Message("orders", b"x"), delay_ms=500)
@@ -52,6 +56,7 @@ def test_cancel_after_delivery_is_false(engine, make_broker, clock):
     assert broker.cancel(sent.handle) is False
 
 
+@every_engine
 def test_malformed_handles_raise(engine, make_broker):
     broker = make_broker(engine)
     for bad in ["", "zzz", "djEgb3JkZXJz", "v1 orders 1 ABC"]:
@@ -59,6 +64,7 @@ def test_malformed_handles_raise(engine, make_broker):
             broker.cancel(bad)
 
 
+@every_engine
 def test_scan_lists_pending_in_due_order_with_pages(engine, make_broker, clock):
     broker = make_broker(engine)
     now = clock.now_ms()
@@ -79,6 +85,7 @@ def test_scan_lists_pending_in_due_order_with_pages(engine, make_broker, clock):
     assert all(now + 8_000 <= e.deliver_at_ms <= now + 9_000 for e in window) and window
 
 
+@every_engine
 def test_many_due_at_once_are_delivered_over_budgeted_ticks(engine, make_broker, clock):
     broker = make_broker(engine, timer_deliver_batch=50)
     due = clock.now_ms() + 1000
@@ -90,9 +97,8 @@ def test_many_due_at_once_are_delivered_over_budgeted_ticks(engine, make_broker,
     assert len(got) == 400 and len({m.msg_id for m in got}) == 400
 
 
+@pytest.mark.parametrize("engine", DURABLE_ENGINES)  # the memory reference is not durable
 def test_pending_survives_reopen(engine, make_broker, clock, tmp_path):
-    if engine not in DURABLE_ENGINES:
-        pytest.skip("the memory reference store is not durable by design")
     path = tmp_path / "durable"
     broker = make_broker(engine, path=path)
     sent = broker.send(Message("orders", b"later"), delay_ms=3000)
