@@ -140,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         child(args.child, args.seed)
         return 0
     import tempfile
-    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="rtimer-crash-", dir="."))
+    scratch = Path(__file__).resolve().parent / "results" / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="rtimer-crash-", dir=scratch))
     report = soak(data_dir, args.trials, args.seed)
     summary = {k: (len(v) if isinstance(v, list) else v) for k, v in report.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)

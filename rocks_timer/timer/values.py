@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import lz4.block
 
 from rocks_timer.errors import CorruptRecordError, InvalidMessageError
-from rocks_timer.message import TAGS, Message, decode_properties, encode_properties
+from rocks_timer.message import TAGS, Message, decode_properties
 
 VALUE_CODEC_VERSION = 1
 FLAG_LZ4 = 0x01
@@ -64,7 +64,7 @@ def encode_value(message: Message, compress_threshold: int) -> bytes:
     topic = message.topic.encode("utf-8")
     if not topic:
         raise InvalidMessageError("a timer message needs a topic")
-    props = encode_properties(message.properties)
+    props = message.encoded_properties
     body = message.body
     flags, stored = 0, body
     if len(body) > compress_threshold:
