@@ -123,7 +123,9 @@ class _Cell:
         self.topics = sorted({op.topic for op in self.ops})
         self.next_send = 0
         self.sent = self.cancelled = self.payload = 0
-        self.dues: list[int] = []  # due times (ms after t0) of sent, not cancelled messages
+        # due times (ms after t0) of the messages to deliver, sorted; an unsent message is due
+        # after now, so it never counts as late. A cancel that fails adds its due time back.
+        self.dues: list[int] = sorted(op.due_ms for op in self.ops if not op.cancel)
         self.send_s = self.deliver_s = 0.0
         self.ticks = 0
         self.peak_disk = self.peak_timer_disk = self.peak_live = 0
@@ -148,7 +150,9 @@ class _Cell:
             self.payload += sum(m.payload_size for m in messages)
             self.sent += len(chunk)
             for op, result in zip(chunk, results):
-                if op.cancel and result.handle is not None and self.broker.cancel(result.handle):
+                if not op.cancel:
+                    continue
+                if result.handle is not None and self.broker.cancel(result.handle):
                     self.cancelled += 1
                 else:
                     bisect.insort(self.dues, op.due_ms)

@@ -37,7 +37,7 @@ class BrokerConfig:
     timer_max_in_flight: int = 2_000
     timer_put_retry_max_backoff_ms: int = 60_000
     timer_compress_threshold: int = 512
-    rocksdb_profile: str = "default"
+    rocksdb_profile: str = "blob"  # measured best for write amplification: docs/COMPACTION.md
     rocksdb_sync: bool = False
     # legacy delay levels
     message_delay_level: str = DEFAULT_DELAY_LEVELS

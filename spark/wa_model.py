@@ -5,10 +5,13 @@
 Per engine, each component of the bytes a message costs is a simple mechanism with one
 coefficient fitted from the measured cells (ratios of sums, so no component can go negative):
 
-- CommitLog delivery + ConsumeQueue (all engines): R x (1 - cancelled), R = record bytes/payload;
-- ``rocksdb``: WAL = a_wal x payload (the put and the delete); flush + compaction =
-  a_fc x payload x P(delay > L), where L = memtable lifetime = write buffer / (rate x payload):
-  a key deleted before its memtable is flushed is never flushed or compacted;
+- CommitLog delivery + ConsumeQueue (all engines): (payload + record header) x (1 - cancelled);
+- ``rocksdb``: WAL = a_wal x payload (the put and the delete); flush = a_flush x payload x
+  P(delay > L), where L = memtable lifetime = write buffer / (rate x payload): a key deleted
+  before its memtable is flushed is never flushed or compacted (L is half the time to fill a
+  memtable); compaction = a_comp x payload x P(delay > L) x log10(LSM bytes / 4 write buffers),
+  the decades of size above the L0 trigger; the LSM holds every flushed message in a
+  fill-and-drain bench cell, and the pending messages (Little's law) in a steady-state day;
 - ``wheel``: CommitLog timer topic = R x (1 + rolls(delay)) (+ a marker per cancel), TimerLog =
   52 B x (1 + rolls), slot pages + checkpoint = a_slots x payload (fitted; rate dependent), with
   rolls(d) the wheel's own roll rule (park at W, or W/2 when overshooting by less than W/3);
@@ -65,13 +68,36 @@ def pages_per_message(bin_counts, per_flush: float) -> float:
 
 
 def memtable_lifetime_ms(rate_per_s: float, payload: float) -> float:
-    return WRITE_BUFFER / max(1.0, rate_per_s * (payload + KEY_BYTES)) * 1000
+    """How long a message must stay pending to be flushed: half the time to fill a memtable
+    (a message lands on average half-way through its memtable's life)."""
+    return WRITE_BUFFER / max(1.0, rate_per_s * (payload + KEY_BYTES)) * 1000 / 2
+
+
+def compaction_levels(pending_bytes: float) -> float:
+    """Levels below L0 that long-lived data is pushed through: log10 of the pending bytes over
+    the L0 trigger (4 memtables); 0 while everything fits in L0 (no compaction ran then)."""
+    return max(0.0, math.log10(max(1.0, pending_bytes) / (4 * WRITE_BUFFER)))
+
+
+def peak_pending_fraction(name: str, messages: int, body_size: int, seed: int) -> float:
+    """The largest share of a workload pending at once (sent, not yet due or cancelled)."""
+    events: list[tuple[int, int]] = []
+    for op in workload(name, messages, body_size, seed):
+        events.append((op.send_ms, 1))
+        events.append((op.send_ms if op.cancel else op.due_ms, -1))
+    events.sort()
+    live = peak = 0
+    for _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return peak / max(1, messages)
 
 
 def workload_features(name: str, body_size: int, seed: int = 7, sample: int = 20_000,
-                      rate_per_s: float = DEFAULT_RATE_PER_S, overhead: float = 80.0
-                      ) -> dict[str, float]:
-    """Mean per-message features of a measured workload, from a sample of its delays."""
+                      rate_per_s: float = DEFAULT_RATE_PER_S, overhead: float = 80.0,
+                      messages: int | None = None, shards: int = 1) -> dict[str, float]:
+    """Mean per-message features of a measured workload, from a sample of its delays, and the
+    compaction depth of one store (``messages`` split over ``shards`` brokers)."""
     ops = list(workload(name, sample, body_size, seed))
     payload = body_size + overhead
     life = memtable_lifetime_ms(rate_per_s, payload)
@@ -79,13 +105,20 @@ def workload_features(name: str, body_size: int, seed: int = 7, sample: int = 20
     bins: dict[int, int] = {}
     for op in ops:
         bins[op.delay_ms // PAGE_MS] = bins.get(op.delay_ms // PAGE_MS, 0) + 1
+    total = messages or sample
+    long = sum(op.delay_ms > life for op in ops if not op.cancel) / n
+    pending = peak_pending_fraction(name, total, body_size, seed) * total * payload / shards
+    # a fill-and-drain run never compacts deletes away before the end: its LSM holds every
+    # flushed (long-lived) message, so that volume sets how deep compaction goes
+    flushed = long * total * payload / shards
     return {"pages": pages_per_message(bins.values(), rate_per_s),
             "cancel": sum(op.cancel for op in ops) / n,
             "rolls": sum(rolls_for(op.delay_ms) for op in ops if not op.cancel) / n,
-            "long": sum(op.delay_ms > life for op in ops if not op.cancel) / n}
+            "long": long, "levels": compaction_levels(flushed), "pending_bytes": pending,
+            "lsm_bytes": flushed}
 
 
-def fit(cells, features: dict[str, dict[str, float]]) -> dict[str, float]:
+def fit(cells) -> dict[str, float]:
     """Coefficients (ratios of sums over ``cells``, a pandas frame of aggregated cells)."""
     def ratio(mask, num, den) -> float:
         d = float(den[mask].sum())
@@ -93,27 +126,26 @@ def fit(cells, features: dict[str, dict[str, float]]) -> dict[str, float]:
     c = cells
     msgs, payload = c["messages"], c["payload_bytes"]
     per_msg = payload / msgs
-    cancel = c["workload"].map(lambda w: features[w]["cancel"])
-    rolls = c["workload"].map(lambda w: features[w]["rolls"])
-    long = c["workload"].map(lambda w: features[w]["long"])
+    cancel, long, levels_n = c["f_cancel"], c["f_long"], c["f_levels"]
     delivered_payload = per_msg * c["delivered"]
     rocks, wheel, levels = (c["engine"] == "rocksdb"), (c["engine"] == "wheel"), \
         (c["engine"] == "levels")
     everyone = c["engine"] == c["engine"]
-    record = ratio(everyone, c["cl_delivery"], delivered_payload)
+    header = ratio(everyone, c["cl_delivery"] - delivered_payload, c["delivered"])
     marked = wheel & (cancel > 0)
     return {
-        "record": record,
+        "record_header": header,
         "rocks_wal": ratio(rocks, c["rocks_wal"], payload),
-        "rocks_fc": ratio(rocks, c["rocks_flush"] + c["rocks_compaction"], payload * long),
+        "rocks_flush": ratio(rocks, c["rocks_flush"], payload * long),
+        "rocks_compaction": ratio(rocks, c["rocks_compaction"], payload * long * levels_n),
         "wheel_roll_record": ratio(wheel & (c["rolls"] > 0), c["wheel_rolls"],
                                    c["rolls"] * per_msg) or None,
-        "wheel_marker": ratio(marked, c["cl_timer_topic"] - c["wheel_rolls"] - record * payload,
-                              msgs * cancel) or None,
+        "wheel_marker": ratio(marked, c["cl_timer_topic"] - c["wheel_rolls"] - payload
+                              - header * msgs, msgs * cancel) or None,
         "wheel_slots": ratio(wheel, c["wheel_slots"],
-                             msgs * PAGE * c["workload"].map(lambda w: features[w]["pages"])),
+                             msgs * PAGE * c["f_pages"]),
         "wheel_checkpoint_per_tick": ratio(wheel, c["wheel_checkpoint"], c["ticks"]),
-        "level": ratio(levels, c["cl_level_topic"], payload) or record,
+        "level": ratio(levels, c["cl_level_topic"], payload) or None,
         "physical_per_logical_rocksdb": ratio(rocks, c["physical_bytes"], c["logical_bytes"]),
         "physical_per_logical_wheel": ratio(wheel, c["physical_bytes"], c["logical_bytes"]),
         "physical_per_logical_levels": ratio(levels, c["physical_bytes"], c["logical_bytes"]),
@@ -122,14 +154,16 @@ def fit(cells, features: dict[str, dict[str, float]]) -> dict[str, float]:
 
 def predict_per_message(engine: str, coef: dict[str, Any], payload: float, cancel: float,
                         rolls: float, long: float, pages: float = 0.0,
-                        ticks_per_msg: float = 0.0) -> float:
+                        ticks_per_msg: float = 0.0, levels: float = 0.0) -> float:
     """Predicted logical bytes per sent message (means over the workload)."""
-    record = coef["record"] * payload
+    record = payload + coef["record_header"]
     base = (1 - cancel) * (record + CQ_ENTRY)
     if engine == "rocksdb":
-        return base + coef["rocks_wal"] * payload + coef["rocks_fc"] * payload * long
+        return (base + coef["rocks_wal"] * payload + coef["rocks_flush"] * payload * long
+                + coef["rocks_compaction"] * payload * long * levels)
     if engine == "wheel":
-        roll_record = (coef.get("wheel_roll_record") or coef["record"]) * payload
+        roll_record = coef["wheel_roll_record"] * payload if coef.get("wheel_roll_record") \
+            else record
         marker = coef.get("wheel_marker") or 0.3 * record
         timer_topic = record + rolls * roll_record + cancel * marker
         return (base + timer_topic + CQ_ENTRY * (1 + rolls + cancel)
@@ -137,23 +171,23 @@ def predict_per_message(engine: str, coef: dict[str, Any], payload: float, cance
                 + (coef["wheel_slots"] or 1.0) * PAGE * pages
                 + coef["wheel_checkpoint_per_tick"] * ticks_per_msg)
     if engine == "levels":
-        return base + coef["level"] * payload + CQ_ENTRY
+        return base + (coef["level"] * payload if coef.get("level") else record) + CQ_ENTRY
     raise ValueError(f"no model for engine {engine!r}")
 
 
-def validate(cells, features) -> list[dict[str, Any]]:
+def validate(cells) -> list[dict[str, Any]]:
     """Leave-one-workload-out: each cell predicted from a fit on the other workloads."""
     out = []
     for _, row in cells.iterrows():
-        train = cells[cells["workload"] != row["workload"]]
-        coef = fit(train, features)
-        f = features[row["workload"]]
+        coef = fit(cells[cells["workload"] != row["workload"]])
         payload = row["payload_bytes"] / row["messages"]
-        pred = predict_per_message(row["engine"], coef, payload, f["cancel"], f["rolls"],
-                                   f["long"], f["pages"], row["ticks"] / row["messages"]
-                                   ) * row["messages"]
+        pred = predict_per_message(row["engine"], coef, payload, row["f_cancel"], row["f_rolls"],
+                                   row["f_long"], row["f_pages"], row["ticks"] / row["messages"],
+                                   row["f_levels"]) * row["messages"]
         out.append({"engine": row["engine"], "workload": row["workload"],
-                    "profile": row["profile"], "measured_logical": int(row["logical_bytes"]),
+                    "profile": row["profile"], "body_size": int(row["body_size"]),
+                    "messages": int(row["messages"]),
+                    "measured_logical": int(row["logical_bytes"]),
                     "predicted_logical": int(pred),
                     "error": (pred - row["logical_bytes"]) / row["logical_bytes"]})
     return out
@@ -214,13 +248,15 @@ def project(spark, coef: dict[str, Any], n: int, mix: dict[str, float], body_siz
     count = agg["n"]
     bins = (df.where(~F.col("cancelled"))
             .groupBy(F.floor(F.col("delay_ms") / PAGE_MS).alias("page")).count().collect())
+    pending_bytes = agg["delay_ms_sum"] / 86_400_000 * payload  # Little's law, steady state
     means = {"cancel": agg["cancelled"] / count, "rolls": agg["rolls"] / count,
              "long": agg["long"] / count,
              "pages": pages_per_message((r["count"] for r in bins), rate),
-             "ticks_per_msg": 86_400 / count}  # one wheel flush per second
-    pending_bytes = agg["delay_ms_sum"] / 86_400_000 * payload  # Little's law, steady state
+             "ticks_per_msg": 86_400 / count,  # one wheel flush per second
+             "levels": compaction_levels(pending_bytes)}
     out: dict[str, Any] = {"messages_per_day": count, "payload_per_message": payload,
-                           "memtable_lifetime_ms": life, "features": means, "engines": {}}
+                           "memtable_lifetime_ms": life, "pending_bytes": pending_bytes,
+                           "features": means, "engines": {}}
     engines = ["rocksdb", "wheel"]
     if all(SPECS[name].level_shaped for name in mix):  # levels cannot express other delays
         engines.append("levels")
@@ -228,14 +264,14 @@ def project(spark, coef: dict[str, Any], n: int, mix: dict[str, float], body_siz
         per_msg = predict_per_message(engine, coef, payload, **means)
         logical = per_msg * count
         phys = logical * (coef.get(f"physical_per_logical_{engine}") or 1.0)
-        record = coef["record"] * payload
+        record = payload + coef["record_header"]
         cl_day = (1 - means["cancel"]) * record * count
         if engine == "wheel":
             cl_day += record * (1 + means["rolls"]) * count
             disk = RETENTION_DAYS * (cl_day + TIMERLOG_UNIT * (1 + means["rolls"]) * count) \
                 + WHEEL_FILE
         elif engine == "levels":
-            cl_day += coef["level"] * payload * count
+            cl_day += (coef["level"] * payload if coef.get("level") else record) * count
             disk = RETENTION_DAYS * cl_day
         else:
             disk = RETENTION_DAYS * cl_day + ROCKS_SPACE_AMP * pending_bytes * (1 + KEY_BYTES
@@ -262,7 +298,8 @@ def parse_mix(text: str) -> dict[str, float]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spark.wa_model", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cells", type=Path, required=True, help="cells.parquet of spark.wa_compare")
+    p.add_argument("--cells", type=Path, nargs="+", required=True,
+                   help="one or more cells.parquet of spark.wa_compare")
     p.add_argument("--day-messages", type=int, default=1_000_000_000)
     p.add_argument("--mix", default=DEFAULT_MIX, help=f"workload shares (default {DEFAULT_MIX})")
     p.add_argument("--body-size", type=int, default=1024)
@@ -279,21 +316,30 @@ def run(spark, args: argparse.Namespace | Sequence[str]) -> dict[str, Path]:
     if not isinstance(args, argparse.Namespace):
         args = build_parser().parse_args(list(args))
     mix = parse_mix(args.mix)
-    raw = spark.read.parquet(str(args.cells))
+    raw = spark.read.parquet(*[str(p) for p in args.cells])
     sums = [F.sum(c).alias(c) for c in ("messages", "delivered", "payload_bytes", "logical_bytes",
                                         "physical_bytes", "cl_delivery", "cl_timer_topic",
                                         "cl_level_topic", "consumequeue", "rocks_wal",
                                         "rocks_flush", "rocks_compaction", "wheel_slots",
                                         "wheel_checkpoint", "wheel_rolls", "rolls", "ticks")]
-    cells = (raw.groupBy("engine", "workload", "profile", "body_size").agg(*sums)
+    cells = (raw.withColumn("run", F.input_file_name())
+             .groupBy("run", "engine", "workload", "profile", "body_size", "seed")
+             .agg(*sums, F.count("*").alias("shards"))
              .where(F.col("profile").isin("default", "-")).toPandas())
     overhead = float((cells["payload_bytes"] / cells["messages"] - cells["body_size"]).mean())
-    features = {w: workload_features(w, int(b), args.seed, overhead=overhead)
-                for w, b in zip(cells["workload"], cells["body_size"])}
-    coef = fit(cells, features)
-    checks = validate(cells, features)
+    features: dict[str, dict[str, float]] = {}
+    for i, row in cells.iterrows():
+        key = f"{row['workload']}/{row['body_size']}B/{row['messages']}/{row['shards']}"
+        if key not in features:
+            features[key] = workload_features(
+                row["workload"], int(row["body_size"]), int(row["seed"]), overhead=overhead,
+                messages=int(row["messages"]), shards=int(row["shards"]))
+        for name, value in features[key].items():
+            cells.loc[i, f"f_{name}"] = value
+    coef = fit(cells)
+    checks = validate(cells)
     proj = project(spark, coef, args.day_messages, mix, args.body_size, overhead, args.seed)
-    out = args.out or Path(args.cells).parent
+    out = args.out or Path(args.cells[0]).parent
     out.mkdir(parents=True, exist_ok=True)
     worst = max((abs(c["error"]) for c in checks), default=0.0)
     result = {"coefficients": coef, "overhead_bytes": overhead, "features": features,
@@ -305,7 +351,8 @@ def run(spark, args: argparse.Namespace | Sequence[str]) -> dict[str, Path]:
              "TB written/day (physical est.)": v["physical_bytes_per_day"] / 1e12,
              "WA logical": v["wa_logical"], "disk needed (TB)": v["disk_bytes"] / 1e12}
             for e, v in proj["engines"].items()]
-    text = (f"# Scale model\n\nFitted from `{args.cells}`; leave-one-workload-out validation, "
+    text = (f"# Scale model\n\nFitted from {', '.join(f'`{c}`' for c in args.cells)}; "
+            "leave-one-workload-out validation, "
             f"max |error| = {worst:.1%} (target 20%).\n\n" + markdown_table(val)
             + f"\n## Projection: {args.day_messages:,} messages/day, mix {args.mix}, "
               f"{args.body_size} B bodies\n\n" + markdown_table(pd.DataFrame(rows))

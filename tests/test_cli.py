@@ -169,19 +169,19 @@ def test_stats_counts_pending_per_topic_and_consumer_lag(data):
     figures = rt_json(data, "stats")
     assert figures["pending"] == 4 and figures["engine"] == "rocksdb"
     assert figures["pending_by_topic"] == {"a": 3, "b": 1}
-    assert figures["timer"]["profile"] == "default"
+    assert figures["timer"]["profile"] == BrokerConfig().rocksdb_profile
     assert figures["consumer_lag"] == [{"group": "rtimer", "topic": "c", "queue_id": 0,
                                         "next_offset": 1, "max_offset": 2, "lag": 1}]
     human = rt(data, "stats").stdout
-    assert "pending       4 timer messages" in human and "profile default" in human and "lag 1" in human
+    assert "pending       4 timer messages" in human and f"profile {BrokerConfig().rocksdb_profile}" in human and "lag 1" in human
 
 
 def test_compact_rocksdb_and_memory(data, tmp_path):
     rt(data, "send", "a", "x", "--delay", "10m", "--count", "50")
     result = rt_json(data, "compact")
-    assert result["compacted"] and result["engine"] == "rocksdb" and result["profile"] == "default"
+    assert result["compacted"] and result["engine"] == "rocksdb" and result["profile"] == BrokerConfig().rocksdb_profile
     assert {"before_live_sst_bytes", "after_live_sst_bytes"} <= set(result)
-    assert "compacted the rocksdb timer store (profile default)" in rt(data, "compact").stdout
+    assert f"compacted the rocksdb timer store (profile {BrokerConfig().rocksdb_profile})" in rt(data, "compact").stdout
     mem = tmp_path / "mem"
     CliRunner().invoke(cli, ["--data-dir", str(mem), "--engine", "memory", "send", "a", "x"])
     out = CliRunner().invoke(cli, ["--data-dir", str(mem), "--engine", "memory", "compact"])

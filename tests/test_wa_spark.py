@@ -8,6 +8,13 @@ import pytest
 
 from spark import wa_compare, wa_model
 
+
+def real_disk(path):
+    """``path`` if it is on a real disk, else the harness default (tmpfs /tmp on some hosts)."""
+    from bench.harness import DEFAULT_WORKDIR, MEMORY_FS, filesystem_type
+    return path if filesystem_type(path) not in MEMORY_FS else DEFAULT_WORKDIR
+
+
 pytestmark = pytest.mark.spark
 
 
@@ -17,7 +24,7 @@ def wa_run(spark, tmp_path_factory):
     args = wa_compare.build_parser().parse_args(
         ["--messages", "300", "--workloads", "short,burst", "--engines", "rocksdb,wheel",
          "--body-size", "128", "--partitions", "1", "--out", str(out),
-         "--workdir", str(out / "cells")])
+         "--workdir", str(real_disk(out) / "cells")])
     return wa_compare.run(spark, args)
 
 
@@ -48,7 +55,7 @@ def test_wa_compare_shards_add_up(spark, tmp_path):
     args = wa_compare.build_parser().parse_args(
         ["--messages", "200", "--workloads", "burst", "--engines", "rocksdb",
          "--body-size", "128", "--partitions", "2", "--out", str(tmp_path),
-         "--workdir", str(tmp_path / "cells")])
+         "--workdir", str(real_disk(tmp_path) / "cells")])
     paths = wa_compare.run(spark, args)
     rows = spark.read.parquet(str(paths["cells"])).collect()
     assert sorted(r["shard"] for r in rows) == [0, 1]

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.harness import COLUMNS, cell_config, disk_usage, filesystem_type, run_cell
+from bench.harness import (COLUMNS, DEFAULT_WORKDIR, MEMORY_FS, cell_config, disk_usage,
+                           filesystem_type, run_cell)
 from bench.workloads import (CANCEL_FRACTION, DAY_MS, LEVEL_DELAYS_MS, SPECS, WORKLOAD_NAMES,
                              Workload, fits_levels, workload)
 
@@ -79,8 +80,8 @@ def test_body_sizes_and_send_rate():
     assert [op.send_ms for op in ops] == [i * 200 for i in range(10)]
 
 
-def test_workdir_is_a_real_disk(tmp_path):
-    assert filesystem_type(tmp_path) not in {"tmpfs", "ramfs"}
+def test_filesystem_type_and_disk_usage(tmp_path):
+    assert filesystem_type(DEFAULT_WORKDIR.parent) not in MEMORY_FS
     assert filesystem_type("/proc") == "proc"
     (tmp_path / "f").write_bytes(b"x" * 10_000)
     assert disk_usage(tmp_path) >= 10_000
@@ -89,7 +90,8 @@ def test_workdir_is_a_real_disk(tmp_path):
 @pytest.mark.parametrize("engine,name", [("rocksdb", "cancel"), ("wheel", "short"),
                                          ("levels", "levels")])
 def test_run_cell_delivers_everything_and_counts_bytes(tmp_path, engine, name):
-    row = run_cell(engine, name, 300, body_size=128, workdir=tmp_path)
+    workdir = tmp_path if filesystem_type(tmp_path) not in MEMORY_FS else None
+    row = run_cell(engine, name, 300, body_size=128, workdir=workdir)
     assert set(COLUMNS) <= set(row)
     assert row["complete"] and row["delivered"] == row["sent"] - row["cancelled"]
     assert row["sent"] == 300 and (row["cancelled"] > 0) == (name == "cancel")
@@ -104,4 +106,5 @@ def test_run_cell_delivers_everything_and_counts_bytes(tmp_path, engine, name):
         assert row["cl_timer_topic"] > 0 and row["wheel_timerlog"] > 0
     if engine == "levels":
         assert row["cl_level_topic"] > 0
-    assert not list(tmp_path.iterdir())  # the cell removed its broker directory
+    assert not any(p.name.startswith(f"{engine}-{name}-") and row["workdir"] == str(p)
+                   for p in (workdir or DEFAULT_WORKDIR).iterdir())  # the cell cleaned up

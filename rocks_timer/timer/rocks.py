@@ -65,6 +65,8 @@ class RocksTimerStore:
         self.config = config
         self.profile = config.rocksdb_profile
         self.reclaim_after_deletes = reclaim_after_deletes
+        self._reclaimer: threading.Thread | None = None
+        self._reclaim_failures = 0
         self._db: Rdict | None = db
         self._db_options = db_options  # owns the statistics tickers of this DB
         self._timer = db.get_column_family(TIMER_CF)
@@ -380,9 +382,31 @@ class RocksTimerStore:
             return self._pending
 
     def maintain(self, now_ms: int) -> None:
-        """Reclaims tombstones below the cursor once enough deletes piled up; else a no-op."""
-        if self._deletes_since_reclaim >= self.reclaim_after_deletes:
+        """Starts a tombstone reclaim below the cursor on a background thread once enough
+        deletes piled up (or a drained store has some): the forced compaction can take seconds
+        and must not stall deliveries. Cheap no-op otherwise."""
+        deletes = self._deletes_since_reclaim
+        due = deletes >= self.reclaim_after_deletes or (
+            self._pending == 0 and deletes >= self.reclaim_after_deletes // 10)
+        if not due or (self._reclaimer is not None and self._reclaimer.is_alive()):
+            return
+        self._reclaimer = threading.Thread(target=self._reclaim_quietly, name="rocks-reclaim",
+                                           daemon=True)
+        self._reclaimer.start()
+
+    def wait_for_maintenance(self, timeout_s: float = 120.0) -> None:
+        """Wait for a background reclaim started by ``maintain`` (tests, benchmarks)."""
+        if self._reclaimer is not None:
+            self._reclaimer.join(timeout_s)
+
+    def _reclaim_quietly(self) -> None:
+        try:
             self.reclaim_tombstones()
+        except StoreClosedError:
+            pass
+        except Exception:  # noqa: BLE001 - counted and logged; the next maintain retries
+            self._reclaim_failures += 1
+            log.exception("timer store %s: tombstone reclaim failed", self.path)
 
     # -- engine extras ------------------------------------------------------------------------
     def reclaim_tombstones(self) -> dict[str, Any]:
