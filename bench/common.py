@@ -68,3 +68,12 @@ def io_write_bytes() -> int:
         if line.startswith("write_bytes:"):
             return int(line.split()[1])
     return 0
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM). Unlike ``ru_maxrss``, which Linux carries over
+    ``execve`` from the parent, VmHWM starts afresh in a new program."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")

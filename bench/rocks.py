@@ -18,13 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import resource
 import subprocess
 import sys
 import threading
 import time
 
-from bench.common import median, percentile, scratch_dir, write_result
+from bench.common import median, peak_rss_mb, percentile, scratch_dir, write_result
 from rocks_timer import Broker, BrokerConfig, ManualClock, Message, SystemClock
 from rocks_timer.message_store import MessageStore
 from rocks_timer.timer.keys import encode_key
@@ -55,19 +54,21 @@ def bench_send(n: int, runs: int) -> dict:
         for _ in range(runs):  # interleaved so a noisy neighbour hits both sides alike
             with scratch_dir(prefix="send-") as d:
                 store = RocksTimerStore.open(d / "s", config)
+                fresh = [TimerRecord(r.due_ms, r.message.copy()) for r in recs]  # no warm caches
                 start = time.perf_counter()
                 for i in range(0, n, batch):
-                    store.schedule(recs[i:i + batch], T0)
+                    store.schedule(fresh[i:i + batch], T0)
                 store_t.append(time.perf_counter() - start)
                 store.close()
-                raw_t.append(raw_writebatch(d / "raw", keys, values, batch))
+                raw_t.append(raw_writebatch(d / "raw", keys, values, batch,
+                                            config.rocksdb_profile))
         out[f"batch{batch}"] = {
             "store_msgs_per_s": round(n / median(store_t)),
             "raw_msgs_per_s": round(n / median(raw_t)),
             "store_vs_raw": round(median(raw_t) / median(store_t), 3)}
     with scratch_dir(prefix="broker-send-") as d:
         broker = Broker.open(d, BrokerConfig(), clock=ManualClock(T0))
-        msgs = [r.message for r in recs]
+        msgs = [r.message.copy() for r in recs]
         start = time.perf_counter()
         for i in range(0, n, 100):
             broker.send_batch(msgs[i:i + 100], deliver_at_ms=T0 + 60_000)
@@ -76,10 +77,10 @@ def bench_send(n: int, runs: int) -> dict:
     return out
 
 
-def raw_writebatch(path, keys, values, batch) -> float:
+def raw_writebatch(path, keys, values, batch, profile: str) -> float:
+    """The same keys and values through a bare rocksdict WriteBatch, same profile options."""
     from rocksdict import Rdict, WriteBatch, WriteOptions
-    db = Rdict(str(path), build_options("default"),
-               column_families={"timer": build_options("default")})
+    db = Rdict(str(path), build_options(profile), column_families={"timer": build_options(profile)})
     handle = db.get_column_family_handle("timer")
     options = WriteOptions()
     start = time.perf_counter()
@@ -109,7 +110,7 @@ def bench_deliver(n: int) -> dict:
         deliver_s = time.perf_counter() - start
         broker.close()
         store = MessageStore.open(d / "append", BrokerConfig(), ManualClock(T0))
-        msgs = [r.message for r in recs]
+        msgs = [r.message.copy() for r in recs]
         start = time.perf_counter()
         futures = [store.put_messages_async(msgs[i:i + 2000]) for i in range(0, n, 2000)]
         for future in futures:
@@ -169,7 +170,7 @@ def burst_child(n: int) -> dict:
                                  Message("burst", pool[i % 64], msg_id=f"BB{i:030X}"))
                      for i in range(start, min(n, start + 10_000))]
             broker.timer.schedule(chunk, T0)
-        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        rss_before = peak_rss_mb()
         clock.set(due + 1000)
         start = time.perf_counter()
         delivered = 0
@@ -180,8 +181,7 @@ def burst_child(n: int) -> dict:
         after_cost = empty_tick_cost(broker=broker, clock=clock)
         broker.close()
     return {"messages": n, "drain_s": round(drain_s, 2), "drain_msgs_per_s": round(n / drain_s),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "rss_before_drain_mb": round(rss_before / 1024, 1),
+            "peak_rss_mb": round(peak_rss_mb(), 1), "peak_rss_before_drain_mb": round(rss_before, 1),
             "empty_tick_fresh_us": fresh_cost, "empty_tick_after_deletes_us": after_cost,
             "tombstone_ratio": round(after_cost / fresh_cost, 2)}
 
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.burst_child is not None:
         print(json.dumps(burst_child(args.burst_child)))
         return 0
-    result = {"send": bench_send(args.messages, args.runs),
+    result = {"profile": BrokerConfig().rocksdb_profile, "send": bench_send(args.messages, args.runs),
               "deliver": bench_deliver(args.messages),
               "lateness": bench_lateness(args.rate, args.seconds)}
     child = subprocess.run([sys.executable, "-m", "bench.rocks", "--burst-child", str(args.burst)],

@@ -19,7 +19,7 @@ from functools import lru_cache
 from itertools import accumulate
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Sequence
 
 from rocks_timer.clock import Clock
 from rocks_timer.commitlog import CommitLog
@@ -50,6 +50,43 @@ class PutResult(NamedTuple):
     commitlog_offset: int
     size: int
     store_ms: int
+
+
+class PutResults(Sequence):
+    """The results of one batch put, built on access: a group writes many messages, and most
+    callers read only a few results (or just the end offset), so none is allocated up front."""
+
+    __slots__ = ("_cols", "_start", "_stop")
+
+    def __init__(self, cols: tuple, start: int = 0, stop: int | None = None):
+        self._cols = cols  # messages, queue_ids, queue_offsets, positions, sizes, store_ms
+        self._start = start
+        self._stop = len(cols[0]) if stop is None else stop
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(start, stop, step)]
+            return PutResults(self._cols, self._start + start, self._start + stop)
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        messages, queue_ids, queue_offsets, positions, sizes, store_ms = self._cols
+        i = self._start + index
+        msg = messages[i]
+        return PutResult(msg.msg_id, msg.topic, queue_ids[i], queue_offsets[i], positions[i],
+                         sizes[i], store_ms)
+
+    @property
+    def end_offset(self) -> int:
+        """CommitLog offset just past the last record of these results."""
+        last = self._stop - 1
+        return self._cols[3][last] + self._cols[4][last]
 
 
 @lru_cache(maxsize=4096)
@@ -188,8 +225,10 @@ class MessageStore:
     def _submit(self, messages: list[Message], single: bool) -> Future:
         if self._closed:
             raise StoreClosedError("the message store is closed")
+        max_body = self.config.max_message_size
         for i, msg in enumerate(messages):
-            self._check(msg)
+            if len(msg.body) > max_body or len(msg.encoded_properties) > MAX_STORED_PROPERTIES:
+                self._check(msg)  # raises, naming the value and the limit
             if msg.msg_id is None:
                 messages[i] = msg.with_properties({"UNIQ_KEY": new_msg_id()})
         future: Future = Future()
@@ -237,7 +276,7 @@ class MessageStore:
             future.set_result(results[at] if single else results[at:at + len(messages)])
             at += len(messages)
 
-    def _append(self, messages: list[Message]) -> list[PutResult]:
+    def _append(self, messages: list[Message]) -> PutResults:
         """Encode and write one group; offsets advance only if the write succeeds."""
         store_ms = self.clock.now_ms()
         next_offsets = self._next_queue_offset
@@ -271,16 +310,26 @@ class MessageStore:
         positions: list[int] = []
         for start, i, j in runs:
             positions += accumulate(sizes[i:j - 1], initial=start)
-        dispatch: dict[tuple[str, int], list] = defaultdict(list)
-        levels, by_topic = self._levels, self._bytes_by_topic
-        results = [PutResult(m.msg_id, m.topic, q, o, p, z, store_ms) for m, q, o, p, z in zip(
-            messages, queue_ids, queue_offsets, positions, sizes)]
-        for msg, queue_id, position, size in zip(messages, queue_ids, positions, sizes):
-            dispatch[(msg.topic, queue_id)].append(
-                (position, size, tags_code(msg.topic, msg.properties, store_ms, levels)))
-            by_topic[msg.topic] += size
-        for key, entries in dispatch.items():
-            self.queues.get_or_create(*key).append(entries, assigned[key] - len(entries))
+        levels, store = self._levels, self.queues
+        tags = [tags_code(m.topic, m.properties, store_ms, levels) if m.topic == SCHEDULE_TOPIC
+                else _tags_hash(m.tags) if m.tags else 0 for m in messages]
+        if len(assigned) == 1:  # the usual group: one topic and queue
+            (key, next_offset), = assigned.items()
+            store.get_or_create(*key).append_columns(positions, sizes, tags, next_offset - n)
+            self._bytes_by_topic[key[0]] += sum(sizes)
+        else:
+            columns: dict[tuple[str, int], tuple[list, list, list]] = defaultdict(
+                lambda: ([], [], []))
+            for msg, queue_id, position, size, tag in zip(messages, queue_ids, positions, sizes,
+                                                           tags):
+                cols = columns[(msg.topic, queue_id)]
+                cols[0].append(position)
+                cols[1].append(size)
+                cols[2].append(tag)
+                self._bytes_by_topic[msg.topic] += size
+            for key, (p, z, t) in columns.items():
+                store.get_or_create(*key).append_columns(p, z, t, assigned[key] - len(p))
+        results = PutResults((messages, queue_ids, queue_offsets, positions, sizes, store_ms))
         self.groups_written += 1
         self.messages_written += len(results)
         return results

@@ -153,7 +153,8 @@ class Deliverer:
                 results = put.future.result()
                 landed.extend(put.records)
                 finished.add(id(put))
-                end = max(end or 0, max(r.commitlog_offset + r.size for r in results))
+                last = results[-1]  # a batch is written contiguously, in order
+                end = max(end or 0, last.commitlog_offset + last.size)
                 self.last_lateness_ms = now_ms - put.records[-1].key.due_ms
             else:
                 self.failed_puts += 1
