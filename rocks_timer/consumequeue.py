@@ -91,9 +91,13 @@ class ConsumeQueue:
                     raise ValueError(f"{self.topic}/{self.queue_id}: append at {first_queue_offset},"
                                      f" expected {self._max_offset}")
                 self._reset_empty(first_queue_offset)
-            packed = np.empty(len(positions), dtype=_ENTRY_DTYPE)
-            packed["offset"], packed["size"], packed["tags"] = positions, sizes, tags
-            for start, here, data in self._chunks(packed.tobytes(), self._max_offset * ENTRY_SIZE):
+            if len(positions) <= 16:  # numpy's fixed costs outweigh its gain on a few entries
+                data = b"".join(map(ENTRY.pack, positions, sizes, tags))
+            else:
+                packed = np.empty(len(positions), dtype=_ENTRY_DTYPE)
+                packed["offset"], packed["size"], packed["tags"] = positions, sizes, tags
+                data = packed.tobytes()
+            for start, here, data in self._chunks(data, self._max_offset * ENTRY_SIZE):
                 os.pwrite(self._fd_for(start), data, here - start)
                 self.bytes_written += len(data)
             self._max_offset += len(positions)

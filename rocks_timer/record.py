@@ -154,6 +154,7 @@ _HEADER_DTYPE = np.dtype([
     ("born_host", "V8"), ("store_ms", ">i8"), ("store_host", "V8"), ("reconsume_times", ">i4"),
     ("prepared_tx_offset", ">i8"), ("body_len", ">i4")])
 assert _HEADER_DTYPE.itemsize == HEADER_SIZE + 4
+_SMALL_GROUP = 16
 
 
 def encode_group(messages: list[Message], props: list[bytes], queue_ids: list[int],
@@ -165,6 +166,15 @@ def encode_group(messages: list[Message], props: list[bytes], queue_ids: list[in
     fraction of the per-record cost. Returns the buffer and the record sizes.
     """
     n = len(messages)
+    if n <= _SMALL_GROUP:  # numpy's fixed costs outweigh its gain on a handful of records
+        buf, sizes, position = bytearray(), [], start
+        for msg, prop, queue_id, queue_offset in zip(messages, props, queue_ids, queue_offsets):
+            size = encode_record_into(buf, msg, prop, queue_id=queue_id, queue_offset=queue_offset,
+                                      physical_offset=position, store_ms=store_ms,
+                                      born_ms=store_ms if msg.born_ms is None else msg.born_ms)
+            sizes.append(size)
+            position += size
+        return buf, sizes
     tails = [_topic_prefix(m.topic) + PROPS_LEN.pack(len(p)) + p for m, p in zip(messages, props)]
     body_lens = [len(m.body) for m in messages]
     sizes = [HEADER_SIZE + 4 + b + len(t) for b, t in zip(body_lens, tails)]
