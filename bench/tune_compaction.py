@@ -181,16 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         wa_compare.check_args(args)
     except ValueError as exc:
         parser.error(str(exc))
-    from spark.session import build_session
-    spark = build_session(args.master, app_name="rocks-timer-tune-compaction")
-    try:
-        paths = run(spark, args)
-    finally:
-        spark.stop()
-    print(paths["md"].read_text(encoding="utf-8"))
-    for name, path in paths.items():
-        print(f"{name}: {path}")
-    return 0
+    from spark.session import run_job
+    return run_job(args.master, "rocks-timer-tune-compaction", lambda spark: run(spark, args),
+                   show="md")
 
 
 if __name__ == "__main__":

@@ -14,14 +14,41 @@ import os
 import struct
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
+from typing import Mapping
 
 import numpy as np
+
+from rocks_timer.delay_levels import DelayLevelTable
+from rocks_timer.message import DELAY, SCHEDULE_TOPIC
+from rocks_timer.record import java_string_hash
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
 _ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 assert _ENTRY_DTYPE.itemsize == ENTRY_SIZE
+
+
+@lru_cache(maxsize=4096)
+def tags_hash(tags: str) -> int:
+    """Java ``String.hashCode`` of a TAGS value (cached: a topic has few distinct tags)."""
+    return java_string_hash(tags)
+
+
+def tags_code(topic: str, properties: Mapping[str, str], store_ms: int,
+              levels: DelayLevelTable) -> int:
+    """The tags code of an entry: the deliver time for a level message (RocketMQ's rule for
+    SCHEDULE_TOPIC_XXXX), else hash(TAGS), or 0 without tags."""
+    if topic == SCHEDULE_TOPIC and DELAY in properties:
+        try:
+            level = levels.clamp(int(properties[DELAY]))
+        except ValueError:
+            level = 0
+        if level > 0:
+            return store_ms + levels.delay_ms(level)
+    tags = properties.get("TAGS")
+    return tags_hash(tags) if tags else 0
 
 
 @dataclass(frozen=True, slots=True)

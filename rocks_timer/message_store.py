@@ -12,32 +12,26 @@ from __future__ import annotations
 
 import logging
 import queue
-import struct
 import threading
 from collections import defaultdict
-from functools import lru_cache
-from itertools import accumulate
 from concurrent.futures import Future
+from itertools import accumulate
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
 from rocks_timer.clock import Clock
 from rocks_timer.commitlog import CommitLog
 from rocks_timer.config import BrokerConfig
-from rocks_timer.consumequeue import ConsumeQueue, ConsumeQueueSet
-from rocks_timer.delay_levels import DelayLevelTable
+from rocks_timer.consumequeue import ConsumeQueue, ConsumeQueueSet, tags_code, tags_hash
+from rocks_timer.cq_recovery import rebuild_consume_queues
 from rocks_timer.errors import (CorruptRecordError, InvalidMessageError, PutFailedError,
                                 RocksTimerError, StoreClosedError)
-from rocks_timer.message import DELAY, SCHEDULE_TOPIC, Message, new_msg_id
-from rocks_timer.record import (FIXED_SIZE, HEADER_SIZE, MAX_STORED_PROPERTIES,
-                                decode_record, encode_group,
-                                java_string_hash)
+from rocks_timer.message import SCHEDULE_TOPIC, Message, new_msg_id
+from rocks_timer.record import FIXED_SIZE, MAX_STORED_PROPERTIES, decode_record, encode_group
 
 log = logging.getLogger(__name__)
 _GROUP_MAX_MESSAGES = 4096
 _GROUP_MAX_BYTES = 8 << 20
-_QUEUE_FIELDS = struct.Struct(">iiq")  # queueId, flag, queueOffset at byte 12
-_BODY_LEN = struct.Struct(">i")
 
 
 class PutResult(NamedTuple):
@@ -89,24 +83,6 @@ class PutResults(Sequence):
         return self._cols[3][last] + self._cols[4][last]
 
 
-@lru_cache(maxsize=4096)
-def _tags_hash(tags: str) -> int:
-    return java_string_hash(tags)
-
-
-def tags_code(topic: str, properties, store_ms: int, levels: DelayLevelTable) -> int:
-    """ConsumeQueue tags code: the deliver time for a level message, else hash(TAGS) or 0."""
-    if topic == SCHEDULE_TOPIC and DELAY in properties:
-        try:
-            level = levels.clamp(int(properties[DELAY]))
-        except ValueError:
-            level = 0
-        if level > 0:
-            return store_ms + levels.delay_ms(level)
-    tags = properties.get("TAGS")
-    return _tags_hash(tags) if tags else 0
-
-
 class MessageStore:
     """CommitLog + ConsumeQueues with group commit; the only writer of both."""
 
@@ -137,64 +113,7 @@ class MessageStore:
 
     # -- recovery -------------------------------------------------------------------------
     def _recover(self) -> None:
-        end = self.commitlog.max_offset
-        for cq in self.queues.all():
-            self._drop_entries_past(cq, end)
-        pending: dict[tuple[str, int], tuple[int, list]] = {}
-        segments = {s.start: s for s in self.commitlog.segments()}
-        rebuilt = skipped = 0
-        for raw in self.commitlog.iter_raw(self.commitlog.min_offset):
-            data = raw.data
-            queue_id, _flag, queue_offset = _QUEUE_FIELDS.unpack_from(data, 12)
-            store_ms = struct.unpack_from(">q", data, 56)[0]
-            segment = segments.get(raw.offset - raw.offset % self.config.commitlog_segment_size)
-            if segment is not None:
-                segment.last_store_ms = store_ms
-            (body_len,) = _BODY_LEN.unpack_from(data, HEADER_SIZE)
-            topic_at = HEADER_SIZE + 4 + body_len
-            topic = data[topic_at + 1:topic_at + 1 + data[topic_at]].decode("utf-8", "replace")
-            key = (topic, queue_id)
-            cq = self.queues.get_or_create(topic, queue_id)
-            first, entries = pending.setdefault(key, (cq.max_offset, []))
-            expected = first + len(entries)
-            if queue_offset < expected:
-                continue  # already indexed
-            if queue_offset > expected:
-                if entries or cq.max_offset != cq.min_offset:
-                    log.error("recovery: %s/%d has a hole at queue offset %d (commitlog %d)",
-                              topic, queue_id, expected, raw.offset)
-                    skipped += 1
-                    continue
-                pending[key] = (queue_offset, entries)  # the queue's head expired: start there
-            try:
-                msg = decode_record(data, raw.offset)
-            except CorruptRecordError as exc:
-                log.error("recovery: skipping a corrupt record: %s", exc)
-                skipped += 1
-                continue
-            entries.append((raw.offset, len(data),
-                            tags_code(topic, msg.properties, store_ms, self._levels)))
-            rebuilt += 1
-            if len(entries) >= 4096:
-                self.queues.get_or_create(*key).append(entries, pending.pop(key)[0])
-        for key, (first, entries) in pending.items():
-            if entries:
-                self.queues.get_or_create(*key).append(entries, first)
-        if rebuilt or skipped:
-            log.info("recovery: rebuilt %d consume queue entries, skipped %d", rebuilt, skipped)
-        self.rebuilt_entries = rebuilt
-
-    @staticmethod
-    def _drop_entries_past(cq: ConsumeQueue, end: int) -> None:
-        low, high = cq.min_offset, cq.max_offset
-        while low < high:  # first entry whose record is at or past the end
-            mid = (low + high) // 2
-            entry = cq.get(mid)
-            if entry is None or entry.commitlog_offset >= end:
-                high = mid
-            else:
-                low = mid + 1
-        cq.truncate(low)
+        self.rebuilt_entries = rebuild_consume_queues(self.commitlog, self.queues, self._levels)
 
     # -- puts -----------------------------------------------------------------------------
     def put_message_async(self, msg: Message) -> "Future[PutResult]":
@@ -312,7 +231,7 @@ class MessageStore:
             positions += accumulate(sizes[i:j - 1], initial=start)
         levels, store = self._levels, self.queues
         tags = [tags_code(m.topic, m.properties, store_ms, levels) if m.topic == SCHEDULE_TOPIC
-                else _tags_hash(m.tags) if m.tags else 0 for m in messages]
+                else tags_hash(m.tags) if m.tags else 0 for m in messages]
         if len(assigned) == 1:  # the usual group: one topic and queue
             (key, next_offset), = assigned.items()
             store.get_or_create(*key).append_columns(positions, sizes, tags, next_offset - n)

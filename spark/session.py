@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
+from typing import Any, Callable
 
 
 def build_session(master: str = "local[*]", app_name: str = "rocks-timer",
@@ -31,4 +33,20 @@ def build_session(master: str = "local[*]", app_name: str = "rocks-timer",
     return session
 
 
-__all__ = ["build_session"]
+def run_job(master: str, app_name: str, job: Callable[[Any], dict[str, Path]],
+            show: str | None = None) -> int:
+    """A command-line job's life: start a session, run ``job(spark)``, stop the session, then
+    print the markdown output named ``show`` and the paths written. Returns the exit status."""
+    spark = build_session(master, app_name=app_name)
+    try:
+        paths = job(spark)
+    finally:
+        spark.stop()
+    if show is not None:
+        print(paths[show].read_text(encoding="utf-8"))
+    for name, path in paths.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+__all__ = ["build_session", "run_job"]

@@ -364,14 +364,8 @@ def run(spark, args: argparse.Namespace | Sequence[str]) -> dict[str, Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from spark.session import build_session
-    spark = build_session(args.master, app_name="rocks-timer-wa-model")
-    try:
-        paths = run(spark, args)
-    finally:
-        spark.stop()
-    print(paths["md"].read_text(encoding="utf-8"))
-    return 0
+    from spark.session import run_job
+    return run_job(args.master, "rocks-timer-wa-model", lambda spark: run(spark, args), show="md")
 
 
 if __name__ == "__main__":

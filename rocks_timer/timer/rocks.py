@@ -37,7 +37,7 @@ from rocks_timer.timer import keys as K
 from rocks_timer.timer import rocks_maint, rocks_meta
 from rocks_timer.timer.handles import decode_handle, encode_handle
 from rocks_timer.timer.profiles import build_options, compaction_style
-from rocks_timer.timer.rocks_scan import collect_pending
+from rocks_timer.timer.rocks_scan import collect_pending, resume_handle, scan_start
 from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats,
                                      TimerKey, TimerRecord)
 from rocks_timer.timer.values import decode_value, encode_value
@@ -305,14 +305,7 @@ class RocksTimerStore:
              topic: str | None = None, limit: int = 100, after: str | None = None) -> ScanPage:
         """Pending entries (in-flight ones included until completed) in key order. Examines at
         most max(1000, 10 x limit) keys; a page cut short that way still has ``next_after``."""
-        start = K.due_prefix(from_ms) if from_ms is not None else b""
-        if after is not None:
-            parsed = decode_handle(after)
-            try:
-                after_key = K.encode_key(TimerKey(parsed.due_ms, parsed.topic, parsed.msg_id))
-            except InvalidMessageError as exc:
-                raise InvalidHandleError(f"after={after!r} names no possible key: {exc}") from None
-            start = max(start, K.key_successor(after_key))
+        start = scan_start(from_ms, after)
         if limit <= 0 or (to_ms is not None and to_ms < 0):
             return ScanPage([], None)
         examine_budget = max(SCAN_EXAMINE_MIN, 10 * limit)
@@ -330,11 +323,7 @@ class RocksTimerStore:
             finally:
                 del it
             self._scan_corrupt_skipped += corrupt
-        next_after = None
-        if resume is not None:
-            key = K.decode_key(resume)
-            next_after = encode_handle(key.topic, key.due_ms, key.msg_id)
-        return ScanPage(entries, next_after)
+        return ScanPage(entries, resume_handle(resume))
 
     def reconcile_from(self) -> int | None:
         """The CommitLog offset reconciled so far; None until the first complete/reconcile
@@ -382,31 +371,13 @@ class RocksTimerStore:
             return self._pending
 
     def maintain(self, now_ms: int) -> None:
-        """Starts a tombstone reclaim below the cursor on a background thread once enough
-        deletes piled up (or a drained store has some): the forced compaction can take seconds
-        and must not stall deliveries. Cheap no-op otherwise."""
-        deletes = self._deletes_since_reclaim
-        due = deletes >= self.reclaim_after_deletes or (
-            self._pending == 0 and deletes >= self.reclaim_after_deletes // 10)
-        if not due or (self._reclaimer is not None and self._reclaimer.is_alive()):
-            return
-        self._reclaimer = threading.Thread(target=self._reclaim_quietly, name="rocks-reclaim",
-                                           daemon=True)
-        self._reclaimer.start()
+        """Starts a background tombstone reclaim when enough deletes piled up; else a no-op."""
+        rocks_maint.maybe_start_reclaim(self)
 
     def wait_for_maintenance(self, timeout_s: float = 120.0) -> None:
         """Wait for a background reclaim started by ``maintain`` (tests, benchmarks)."""
         if self._reclaimer is not None:
             self._reclaimer.join(timeout_s)
-
-    def _reclaim_quietly(self) -> None:
-        try:
-            self.reclaim_tombstones()
-        except StoreClosedError:
-            pass
-        except Exception:  # noqa: BLE001 - counted and logged; the next maintain retries
-            self._reclaim_failures += 1
-            log.exception("timer store %s: tombstone reclaim failed", self.path)
 
     # -- engine extras ------------------------------------------------------------------------
     def reclaim_tombstones(self) -> dict[str, Any]:

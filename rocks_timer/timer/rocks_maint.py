@@ -6,12 +6,14 @@ Kept apart from :mod:`rocks_timer.timer.rocks` so the store module holds only th
 """
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
 
-from rocks_timer.errors import CorruptRecordError
+from rocks_timer.errors import CorruptRecordError, StoreClosedError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.profiles import parse_tickers
 from rocks_timer.timer.store import StoreStats
@@ -19,6 +21,8 @@ from rocks_timer.timer.values import decode_value
 
 if TYPE_CHECKING:
     from rocks_timer.timer.rocks import RocksTimerStore
+
+log = logging.getLogger(__name__)
 
 CF_INT_PROPERTIES = {
     "live_sst_bytes": "rocksdb.live-sst-files-size",
@@ -45,6 +49,29 @@ def _force_bottommost() -> CompactOptions:
     opts = CompactOptions()
     opts.set_bottommost_level_compaction(BottommostLevelCompaction.force_optimized())
     return opts
+
+
+def maybe_start_reclaim(store: "RocksTimerStore") -> None:
+    """Start a reclaim on a background thread once enough deletes piled up (or a drained store
+    has some): the forced compaction can take seconds and must not stall deliveries."""
+    deletes = store._deletes_since_reclaim
+    due = deletes >= store.reclaim_after_deletes or (
+        store._pending == 0 and deletes >= store.reclaim_after_deletes // 10)
+    if not due or (store._reclaimer is not None and store._reclaimer.is_alive()):
+        return
+    store._reclaimer = threading.Thread(target=_reclaim_quietly, args=(store,),
+                                        name="rocks-reclaim", daemon=True)
+    store._reclaimer.start()
+
+
+def _reclaim_quietly(store: "RocksTimerStore") -> None:
+    try:
+        reclaim_tombstones(store)
+    except StoreClosedError:
+        pass
+    except Exception:  # noqa: BLE001 - counted and logged; the next maintain retries
+        store._reclaim_failures += 1
+        log.exception("timer store %s: tombstone reclaim failed", store.path)
 
 
 def reclaim_tombstones(store: "RocksTimerStore") -> dict[str, Any]:

@@ -3,13 +3,34 @@ from __future__ import annotations
 
 import logging
 
-from rocks_timer.errors import CorruptRecordError
+from rocks_timer.errors import CorruptRecordError, InvalidHandleError, InvalidMessageError
 from rocks_timer.timer import keys as K
-from rocks_timer.timer.handles import encode_handle
+from rocks_timer.timer.handles import decode_handle, encode_handle
 from rocks_timer.timer.store import PendingEntry, TimerKey
 from rocks_timer.timer.values import peek_value
 
 log = logging.getLogger(__name__)
+
+
+def scan_start(from_ms: int | None, after: str | None) -> bytes:
+    """The first key a scan may list: from ``from_ms``, and strictly after the ``after`` handle."""
+    start = K.due_prefix(from_ms) if from_ms is not None else b""
+    if after is not None:
+        parsed = decode_handle(after)
+        try:
+            after_key = K.encode_key(TimerKey(parsed.due_ms, parsed.topic, parsed.msg_id))
+        except InvalidMessageError as exc:
+            raise InvalidHandleError(f"after={after!r} names no possible key: {exc}") from None
+        start = max(start, K.key_successor(after_key))
+    return start
+
+
+def resume_handle(resume: bytes | None) -> str | None:
+    """The ``next_after`` handle of a page cut short after key ``resume``."""
+    if resume is None:
+        return None
+    key = K.decode_key(resume)
+    return encode_handle(key.topic, key.due_ms, key.msg_id)
 
 
 def collect_pending(it, topic: str | None, limit: int, examine_budget: int
