@@ -54,11 +54,17 @@ def test_java_string_hash_matches_java():
     assert java_string_hash("orders.created") == 811154655
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["native", "numpy"])
 @pytest.mark.parametrize("n", [1, 3, 16, 17, 200])
-def test_group_encoding_equals_record_encoding(n):
+def test_group_encoding_equals_record_encoding(n, native, monkeypatch):
     import random
 
+    from rocks_timer import record
     from rocks_timer.record import encode_group
+    if native:
+        assert record._native is not None, "the C group encoder was not built"
+    else:
+        monkeypatch.setattr(record, "_native", None)
     rng = random.Random(n)
     msgs = [Message(f"t{i % 3}", rng.randbytes(rng.randint(0, 3000)), tags="T" if i % 2 else None,
                     msg_id=f"{i:032X}", born_ms=5 + i, reconsume_times=i % 4, flag=i % 7)

@@ -1,0 +1,1 @@
+"""Optional native helpers (built from C at install when a compiler is present)."""
