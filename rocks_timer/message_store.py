@@ -34,6 +34,10 @@ _GROUP_MAX_MESSAGES = 4096
 _GROUP_MAX_BYTES = 8 << 20
 
 
+def _body_bytes(messages: list[Message]) -> int:
+    return sum(len(m.body) for m in messages)
+
+
 class PutResult(NamedTuple):
     """Where a put landed (a NamedTuple: the writer builds one per message, cheaply)."""
 
@@ -163,13 +167,15 @@ class MessageStore:
                                       f"the limit of {MAX_STORED_PROPERTIES} bytes")
 
     def _writer_loop(self) -> None:
+        """Drain the inbox into groups of at most _GROUP_MAX_MESSAGES messages or about
+        _GROUP_MAX_BYTES of bodies, and write each group with one call per segment."""
         stop = False
         while not stop:
             item = self._inbox.get()
             if item is None:
                 return
-            group, count = [item], len(item[0])
-            while count < _GROUP_MAX_MESSAGES:
+            group, count, size = [item], len(item[0]), _body_bytes(item[0])
+            while count < _GROUP_MAX_MESSAGES and size < _GROUP_MAX_BYTES:
                 try:
                     nxt = self._inbox.get_nowait()
                 except queue.Empty:
@@ -179,6 +185,7 @@ class MessageStore:
                     break
                 group.append(nxt)
                 count += len(nxt[0])
+                size += _body_bytes(nxt[0])
             self._write_group(group)
 
     def _write_group(self, group: list[tuple[list[Message], Future, bool]]) -> None:
