@@ -95,6 +95,15 @@ def raw_writebatch(path, keys, values, batch, profile: str) -> float:
     return elapsed
 
 
+def timed_drain(broker: Broker, n: int) -> float:
+    """Seconds of ``tick`` until ``n`` messages have reached their topics."""
+    start = time.perf_counter()
+    delivered = 0
+    while delivered < n:
+        delivered += broker.tick()
+    return time.perf_counter() - start
+
+
 def bench_deliver(n: int) -> dict:
     recs = records(n, 2, spread_ms=60_000)
     with scratch_dir(prefix="deliver-") as d:
@@ -103,11 +112,7 @@ def bench_deliver(n: int) -> dict:
                                                    timer_max_in_flight=4000), clock=clock)
         broker.timer.schedule(recs, T0)
         clock.set(T0 + 3_600_000)
-        start = time.perf_counter()
-        delivered = 0
-        while delivered < n:
-            delivered += broker.tick()
-        deliver_s = time.perf_counter() - start
+        deliver_s = timed_drain(broker, n)
         broker.close()
         store = MessageStore.open(d / "append", BrokerConfig(), ManualClock(T0))
         msgs = [r.message.copy() for r in recs]
@@ -172,11 +177,7 @@ def burst_child(n: int) -> dict:
             broker.timer.schedule(chunk, T0)
         rss_before = peak_rss_mb()
         clock.set(due + 1000)
-        start = time.perf_counter()
-        delivered = 0
-        while delivered < n:
-            delivered += broker.tick()
-        drain_s = time.perf_counter() - start
+        drain_s = timed_drain(broker, n)
         broker.tick()
         after_cost = empty_tick_cost(broker=broker, clock=clock)
         broker.close()
