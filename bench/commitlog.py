@@ -25,6 +25,7 @@ import os
 import random
 import sys
 import time
+from pathlib import Path
 
 from bench.common import median, scratch_dir, write_result
 from rocks_timer import BrokerConfig, ManualClock, Message
@@ -115,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=200_000)
     parser.add_argument("--body", type=int, default=1024)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--results-dir", type=Path, default=None,
+                        help="where the JSON goes (default bench/results)")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
     messages = make_messages(args.messages, args.body, args.seed)
@@ -133,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         row["vs_baseline"] = round(row["mb_per_s"] / limit, 3)
     path = write_result("commitlog", {"messages": args.messages, "body_bytes": args.body,
                                       "runs": args.runs, "variants": rows,
-                                      "target": "async path >= 50% of the baseline's MB/s"})
+                                      "target": "async path >= 50% of the baseline's MB/s"},
+                        args.results_dir)
     print("| variant | msgs/s | MB/s | vs baseline |\n|---|---|---|---|")
     for name, row in rows.items():
         print(f"| {name} | {row['msgs_per_s']:,} | {row['mb_per_s']} | {row['vs_baseline']:.0%} |")

@@ -19,9 +19,10 @@ def machine() -> dict:
             "platform": platform.platform()}
 
 
-def write_result(name: str, payload: dict) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def write_result(name: str, payload: dict, directory: Path | None = None) -> Path:
+    directory = directory or RESULTS
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
     payload = {"benchmark": name, "machine": machine(),
                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **payload}
     path.write_text(json.dumps(payload, indent=2) + "\n")

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from bench.common import median, peak_rss_mb, percentile, scratch_dir, write_result
 from rocks_timer import Broker, BrokerConfig, ManualClock, Message, SystemClock
@@ -211,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--seconds", type=int, default=20)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--results-dir", type=Path, default=None,
+                        help="where the JSON goes (default bench/results)")
     parser.add_argument("--burst-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.burst_child is not None:
@@ -222,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     child = subprocess.run([sys.executable, "-m", "bench.rocks", "--burst-child", str(args.burst)],
                            capture_output=True, text=True, check=True)
     result["burst"] = json.loads(child.stdout.strip().splitlines()[-1])
-    path = write_result("rocks", {"args": vars(args), **result})
+    path = write_result("rocks", {"args": {k: str(v) for k, v in vars(args).items()}, **result},
+                        args.results_dir)
     s, dl, la, b = result["send"], result["deliver"], result["lateness"], result["burst"]
     print("| figure | measured | target |\n|---|---|---|")
     for batch in ("batch1", "batch100"):

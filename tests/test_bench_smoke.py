@@ -1,0 +1,30 @@
+"""Smoke tests: the CommitLog and RocksDB benchmarks run end to end with tiny inputs and write
+their JSON (so they do not rot). They assert shapes and invariants, never speed."""
+from __future__ import annotations
+
+import json
+
+from bench import commitlog as bench_commitlog
+from bench import rocks as bench_rocks
+
+
+def test_bench_commitlog_smoke(tmp_path, capsys):
+    assert bench_commitlog.main(["--messages", "500", "--runs", "1",
+                                 "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "commitlog.json").read_text())
+    assert set(report["variants"]) >= {"baseline", "async_single", "async_batch100",
+                                       "sync_flush_batch100"}
+    written = {name: v["bytes"] for name, v in report["variants"].items()}
+    assert len(set(written.values())) == 1  # every variant wrote the same bytes
+    assert "vs baseline" in capsys.readouterr().out
+
+
+def test_bench_rocks_smoke(tmp_path, capsys):
+    assert bench_rocks.main(["--messages", "300", "--burst", "2000", "--rate", "200",
+                             "--seconds", "1", "--runs", "1", "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "rocks.json").read_text())
+    assert report["lateness"]["early"] == 0
+    assert report["lateness"]["delivered"] == report["lateness"]["sent"] > 0
+    assert report["burst"]["messages"] == 2000 and report["burst"]["peak_rss_mb"] > 0
+    assert report["send"]["batch100"]["store_msgs_per_s"] > 0
+    assert "empty tick" in capsys.readouterr().out
