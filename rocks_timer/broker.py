@@ -24,7 +24,7 @@ from rocks_timer.message import Message
 from rocks_timer.message_store import MessageStore
 from rocks_timer.routing import route
 from rocks_timer.timer.deliverer import Deliverer
-from rocks_timer.timer.store import PendingEntry, ScanPage, TimerRecord, TimerStore
+from rocks_timer.timer.store import ScanPage, TimerRecord, TimerStore
 
 log = logging.getLogger(__name__)
 _RETENTION_EVERY_MS = 10_000
@@ -331,10 +331,4 @@ class Broker:
         }
 
 
-def pending_entry_dict(entry: PendingEntry) -> dict[str, Any]:
-    return {"deliver_at_ms": entry.deliver_at_ms, "topic": entry.topic, "msg_id": entry.msg_id,
-            "handle": entry.handle, "size": entry.size, "queue_id": entry.queue_id,
-            "tags": entry.tags}
-
-
-__all__ = ["Broker", "SendResult", "pending_entry_dict"]
+__all__ = ["Broker", "SendResult"]

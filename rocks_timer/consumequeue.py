@@ -200,9 +200,6 @@ class ConsumeQueue:
         found = self.entries(offset, 1)
         return found[0] if found and found[0].queue_offset == offset else None
 
-    def last_entry(self) -> CQEntry | None:
-        return self.get(self._max_offset - 1) if self._max_offset > self._min_offset else None
-
     # -- maintenance -------------------------------------------------------------------------
     def delete_expired(self, commitlog_min_offset: int) -> int:
         """Delete whole files whose entries all point below the CommitLog's minimum offset."""

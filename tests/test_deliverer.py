@@ -40,12 +40,19 @@ def timer_store(request, tmp_path):
     store.close()
 
 
-def test_failed_puts_are_retried_with_backoff_and_never_dropped(tmp_path, clock, timer_store):
-    config = BrokerConfig(timer_deliver_batch=10).validate()
-    real = MessageStore.open(tmp_path / "log", config, clock)
-    flaky = FlakyStore(real, failures=4)
+def flaky_deliverer(path, clock, timer_store, failures: int, **config_changes):
+    """A deliverer whose CommitLog fails its first ``failures`` batch puts."""
+    config = BrokerConfig(**config_changes).validate()
+    real = MessageStore.open(path, config, clock)
+    flaky = FlakyStore(real, failures=failures)
     deliverer = Deliverer(timer_store, flaky, config, clock)
     deliverer.reconcile()
+    return real, flaky, deliverer
+
+
+def test_failed_puts_are_retried_with_backoff_and_never_dropped(tmp_path, clock, timer_store):
+    real, flaky, deliverer = flaky_deliverer(tmp_path / "log", clock, timer_store, failures=4,
+                                             timer_deliver_batch=10)
     now = clock.now_ms()
     timer_store.schedule([TimerRecord(now + 100, Message("t", str(i).encode(),
                                                          msg_id=f"{i:032X}"))
@@ -75,10 +82,8 @@ def test_failed_puts_are_retried_with_backoff_and_never_dropped(tmp_path, clock,
 
 
 def test_backoff_is_capped(tmp_path, clock, timer_store):
-    config = BrokerConfig(timer_put_retry_max_backoff_ms=250).validate()
-    real = MessageStore.open(tmp_path / "log", config, clock)
-    flaky = FlakyStore(real, failures=6)
-    deliverer = Deliverer(timer_store, flaky, config, clock)
+    real, flaky, deliverer = flaky_deliverer(tmp_path / "log", clock, timer_store, failures=6,
+                                             timer_put_retry_max_backoff_ms=250)
     now = clock.now_ms()
     timer_store.schedule([TimerRecord(now, Message("t", b"x", msg_id=f"{1:032X}"))], now)
     for _ in range(40):

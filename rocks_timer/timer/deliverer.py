@@ -12,7 +12,6 @@ Every delivered copy carries ``TIMER_OUT_MS`` (its key's due time) and ``TIMER_D
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
@@ -106,18 +105,6 @@ class Deliverer:
             if put.future is not None:
                 wait([put.future], timeout=timeout_s)
                 return
-
-    def drain(self, now_ms: int, timeout_s: float = 30.0) -> int:
-        """Step until nothing due is left or in flight (used on stop and by tests)."""
-        total, deadline = 0, time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            n = self.step(now_ms)
-            total += n
-            if n == 0 and not self._puts:
-                break
-            if n == 0:
-                time.sleep(0.01)
-        return total
 
     def _issue(self, records: list[DueRecord], now_ms: int) -> Future | None:
         copies = []
