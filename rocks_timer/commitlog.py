@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rocks_timer.errors import CorruptRecordError
+from rocks_timer.fileio import pwrite_all
 from rocks_timer.record import (BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK_LEN, PREFIX,
                                 decode_record, encode_blank)
 
@@ -150,7 +151,7 @@ class CommitLog:
         if position != tail.end or tail.written + len(data) > self.segment_size:
             raise ValueError(f"commitlog write at {position} does not continue {tail.end}")
         try:
-            os.pwrite(tail.fd, data, tail.written)
+            pwrite_all(tail.fd, data, tail.written)
             if self.sync_flush:
                 os.fdatasync(tail.fd)
         except OSError:

@@ -18,16 +18,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping
 
-import numpy as np
-
 from rocks_timer.delay_levels import DelayLevelTable
 from rocks_timer.message import DELAY, SCHEDULE_TOPIC
 from rocks_timer.record import java_string_hash
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
-_ENTRY_DTYPE = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-assert _ENTRY_DTYPE.itemsize == ENTRY_SIZE
 
 
 @lru_cache(maxsize=4096)
@@ -103,31 +99,22 @@ class ConsumeQueue:
         """Append (commitlog offset, size, tags code) entries, the first at ``first_queue_offset``
         (which must be max_offset, or any offset when the queue is empty: an index rebuilt after
         its head expired)."""
-        if entries:
-            positions, sizes, tags = (list(column) for column in zip(*entries))
-            self.append_columns(positions, sizes, tags, first_queue_offset)
-        elif first_queue_offset != self._max_offset:
-            self.append_columns([], [], [], first_queue_offset)
+        self.append_packed(b"".join(ENTRY.pack(*entry) for entry in entries), first_queue_offset)
 
-    def append_columns(self, positions: list[int], sizes: list[int], tags: list[int],
-                       first_queue_offset: int) -> None:
-        """``append`` for column lists, packed in one go (the writer's hot path)."""
+    def append_packed(self, data: bytes, first_queue_offset: int) -> None:
+        """``append`` for entries already packed (the writer's hot path)."""
+        if len(data) % ENTRY_SIZE:
+            raise ValueError(f"{len(data)} bytes are not whole {ENTRY_SIZE}-byte entries")
         with self._lock:
             if first_queue_offset != self._max_offset:
                 if self._max_offset != self._min_offset:
                     raise ValueError(f"{self.topic}/{self.queue_id}: append at {first_queue_offset},"
                                      f" expected {self._max_offset}")
                 self._reset_empty(first_queue_offset)
-            if len(positions) <= 16:  # numpy's fixed costs outweigh its gain on a few entries
-                data = b"".join(map(ENTRY.pack, positions, sizes, tags))
-            else:
-                packed = np.empty(len(positions), dtype=_ENTRY_DTYPE)
-                packed["offset"], packed["size"], packed["tags"] = positions, sizes, tags
-                data = packed.tobytes()
-            for start, here, data in self._chunks(data, self._max_offset * ENTRY_SIZE):
-                os.pwrite(self._fd_for(start), data, here - start)
-                self.bytes_written += len(data)
-            self._max_offset += len(positions)
+            for start, here, chunk in self._chunks(data, self._max_offset * ENTRY_SIZE):
+                os.pwrite(self._fd_for(start), chunk, here - start)
+                self.bytes_written += len(chunk)
+            self._max_offset += len(data) // ENTRY_SIZE
 
     def _chunks(self, data: bytes, position: int):
         """Packed entries split at file boundaries: (file start, absolute position, bytes)."""

@@ -54,12 +54,18 @@ NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
 
-def encode_properties(properties: Mapping[str, str]) -> bytes:
+def encode_properties_py(properties: Mapping[str, str]) -> bytes:
     """``name\\x01value\\x02`` per entry (the last one included), UTF-8."""
     parts = []
     for name, value in properties.items():
         parts.append(f"{name}{NAME_VALUE_SEPARATOR}{value}{PROPERTY_SEPARATOR}")
     return "".join(parts).encode("utf-8")
+
+
+try:  # the same encoding in C (rocks_timer/_native/groupenc.c), when it was built
+    from rocks_timer._native.groupenc import encode_properties
+except ImportError:  # pragma: no cover - no C compiler at install time
+    encode_properties = encode_properties_py
 
 
 def decode_properties(data: bytes | str) -> dict[str, str]:

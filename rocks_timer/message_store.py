@@ -15,27 +15,23 @@ import queue
 import threading
 from collections import defaultdict
 from concurrent.futures import Future
-from itertools import accumulate
 from pathlib import Path
 from typing import Iterator, NamedTuple, Sequence
 
 from rocks_timer.clock import Clock
 from rocks_timer.commitlog import CommitLog
 from rocks_timer.config import BrokerConfig
-from rocks_timer.consumequeue import ConsumeQueue, ConsumeQueueSet, tags_code, tags_hash
+from rocks_timer.batch_encoder import META, encode_batch, prepare_batch
+from rocks_timer.consumequeue import ConsumeQueue, ConsumeQueueSet, tags_code
 from rocks_timer.cq_recovery import rebuild_consume_queues
 from rocks_timer.errors import (CorruptRecordError, InvalidMessageError, PutFailedError,
                                 RocksTimerError, StoreClosedError)
-from rocks_timer.message import SCHEDULE_TOPIC, Message, new_msg_id
-from rocks_timer.record import FIXED_SIZE, MAX_STORED_PROPERTIES, decode_record, encode_group
+from rocks_timer.message import Message, new_msg_id
+from rocks_timer.record import MAX_STORED_PROPERTIES, decode_record, message_record_size
 
 log = logging.getLogger(__name__)
 _GROUP_MAX_MESSAGES = 4096
 _GROUP_MAX_BYTES = 8 << 20
-
-
-def _body_bytes(messages: list[Message]) -> int:
-    return sum(len(m.body) for m in messages)
 
 
 class PutResult(NamedTuple):
@@ -51,15 +47,19 @@ class PutResult(NamedTuple):
 
 
 class PutResults(Sequence):
-    """The results of one batch put, built on access: a group writes many messages, and most
-    callers read only a few results (or just the end offset), so none is allocated up front."""
+    """The results of one batch put, built on access from the writer's packed per-message
+    metadata: a group writes many messages, and most callers read only a few results (or just
+    the end offset), so none is allocated up front."""
 
-    __slots__ = ("_cols", "_start", "_stop")
+    __slots__ = ("_messages", "_meta", "_store_ms", "_start", "_stop")
 
-    def __init__(self, cols: tuple, start: int = 0, stop: int | None = None):
-        self._cols = cols  # messages, queue_ids, queue_offsets, positions, sizes, store_ms
+    def __init__(self, messages: list[Message], meta: bytes, store_ms: int, start: int = 0,
+                 stop: int | None = None):
+        self._messages = messages
+        self._meta = meta  # batch_encoder.META per message
+        self._store_ms = store_ms
         self._start = start
-        self._stop = len(cols[0]) if stop is None else stop
+        self._stop = len(messages) if stop is None else stop
 
     def __len__(self) -> int:
         return self._stop - self._start
@@ -69,22 +69,23 @@ class PutResults(Sequence):
             start, stop, step = index.indices(len(self))
             if step != 1:
                 return [self[i] for i in range(start, stop, step)]
-            return PutResults(self._cols, self._start + start, self._start + stop)
+            return PutResults(self._messages, self._meta, self._store_ms, self._start + start,
+                              self._start + stop)
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(index)
-        messages, queue_ids, queue_offsets, positions, sizes, store_ms = self._cols
         i = self._start + index
-        msg = messages[i]
-        return PutResult(msg.msg_id, msg.topic, queue_ids[i], queue_offsets[i], positions[i],
-                         sizes[i], store_ms)
+        queue_offset, position, size, queue_id = META.unpack_from(self._meta, i * META.size)
+        msg = self._messages[i]
+        return PutResult(msg.msg_id, msg.topic, queue_id, queue_offset, position, size,
+                         self._store_ms)
 
     @property
     def end_offset(self) -> int:
         """CommitLog offset just past the last record of these results."""
-        last = self._stop - 1
-        return self._cols[3][last] + self._cols[4][last]
+        _, position, size, _ = META.unpack_from(self._meta, (self._stop - 1) * META.size)
+        return position + size
 
 
 class MessageStore:
@@ -148,14 +149,15 @@ class MessageStore:
     def _submit(self, messages: list[Message], single: bool) -> Future:
         if self._closed:
             raise StoreClosedError("the message store is closed")
-        max_body = self.config.max_message_size
-        for i, msg in enumerate(messages):
-            if len(msg.body) > max_body or len(msg.encoded_properties) > MAX_STORED_PROPERTIES:
+        body_bytes, clean = prepare_batch(messages, self.config.max_message_size,
+                                          MAX_STORED_PROPERTIES)
+        if not clean:
+            for i, msg in enumerate(messages):
                 self._check(msg)  # raises, naming the value and the limit
-            if msg.msg_id is None:
-                messages[i] = msg.with_properties({"UNIQ_KEY": new_msg_id()})
+                if msg.msg_id is None:
+                    messages[i] = msg.with_properties({"UNIQ_KEY": new_msg_id()})
         future: Future = Future()
-        self._inbox.put((messages, future, single))
+        self._inbox.put((messages, future, single, body_bytes))
         return future
 
     def _check(self, msg: Message) -> None:
@@ -174,7 +176,7 @@ class MessageStore:
             item = self._inbox.get()
             if item is None:
                 return
-            group, count, size = [item], len(item[0]), _body_bytes(item[0])
+            group, count, size = [item], len(item[0]), item[3]
             while count < _GROUP_MAX_MESSAGES and size < _GROUP_MAX_BYTES:
                 try:
                     nxt = self._inbox.get_nowait()
@@ -185,80 +187,58 @@ class MessageStore:
                     break
                 group.append(nxt)
                 count += len(nxt[0])
-                size += _body_bytes(nxt[0])
+                size += nxt[3]
             self._write_group(group)
 
-    def _write_group(self, group: list[tuple[list[Message], Future, bool]]) -> None:
+    def _write_group(self, group: list[tuple[list[Message], Future, bool, int]]) -> None:
         live = [item for item in group if item[1].set_running_or_notify_cancel()]
         try:
-            results = self._append([m for messages, _, _ in live for m in messages])
+            results = self._append([m for messages, *_ in live for m in messages])
         except Exception as exc:  # noqa: BLE001 - fail the group, keep the writer alive
             log.error("commitlog write of %d puts failed: %s", len(live), exc)
             for _, future, _ in live:
                 future.set_exception(PutFailedError(f"commitlog write failed: {exc}"))
             return
         at = 0
-        for messages, future, single in live:
+        for messages, future, single, _ in live:
             future.set_result(results[at] if single else results[at:at + len(messages)])
             at += len(messages)
 
     def _append(self, messages: list[Message]) -> PutResults:
-        """Encode and write one group; offsets advance only if the write succeeds."""
+        """Encode and write one group, one write per segment it touches; queue offsets advance
+        and ConsumeQueues grow only once every write succeeded."""
         store_ms = self.clock.now_ms()
-        next_offsets = self._next_queue_offset
-        assigned: dict[tuple[str, int], int] = {}
-        queue_ids, queue_offsets = [], []
-        for msg in messages:
-            key = (msg.topic, msg.queue_id or 0)
-            queue_offset = assigned.get(key)
-            if queue_offset is None:
-                queue_offset = next_offsets.get(key)
-                if queue_offset is None:
-                    queue_offset = self.queues.get_or_create(*key).max_offset
-            assigned[key] = queue_offset + 1
-            queue_ids.append(key[1])
-            queue_offsets.append(queue_offset)
-        props = [m.encoded_properties for m in messages]
-        sizes = [FIXED_SIZE + len(m.body) + len(m.topic) + len(p) for m, p in zip(messages, props)]
-        commitlog, i, n, runs = self.commitlog, 0, len(messages), []
-        while i < n:  # one run per segment the group touches
-            start = commitlog.position_for(sizes[i])
-            limit, end, j = commitlog.segment_limit(), start, i
-            while j < n and end + sizes[j] <= limit:
-                end += sizes[j]
-                j += 1
-            buf, _ = encode_group(messages[i:j], props[i:j], queue_ids[i:j], queue_offsets[i:j],
-                                  start, store_ms)
-            commitlog.write(start, buf, store_ms)
-            runs.append((start, i, j))
-            i = j
-        next_offsets.update(assigned)
-        positions: list[int] = []
-        for start, i, j in runs:
-            positions += accumulate(sizes[i:j - 1], initial=start)
-        levels, store = self._levels, self.queues
-        tags = [tags_code(m.topic, m.properties, store_ms, levels) if m.topic == SCHEDULE_TOPIC
-                else tags_hash(m.tags) if m.tags else 0 for m in messages]
-        if len(assigned) == 1:  # the usual group: one topic and queue
-            (key, next_offset), = assigned.items()
-            store.get_or_create(*key).append_columns(positions, sizes, tags, next_offset - n)
-            self._bytes_by_topic[key[0]] += sum(sizes)
-        else:
-            columns: dict[tuple[str, int], tuple[list, list, list]] = defaultdict(
-                lambda: ([], [], []))
-            for msg, queue_id, position, size, tag in zip(messages, queue_ids, positions, sizes,
-                                                           tags):
-                cols = columns[(msg.topic, queue_id)]
-                cols[0].append(position)
-                cols[1].append(size)
-                cols[2].append(tag)
-                self._bytes_by_topic[msg.topic] += size
-            for key, (p, z, t) in columns.items():
-                store.get_or_create(*key).append_columns(p, z, t, assigned[key] - len(p))
-        results = PutResults((messages, queue_ids, queue_offsets, positions, sizes, store_ms))
+        levels = self._levels
+
+        def schedule_tags(msg: Message) -> int:  # a level message's tags code: its deliver time
+            return tags_code(msg.topic, msg.properties, store_ms, levels)
+
+        commitlog, assigned, batches, i = self.commitlog, {}, [], 0
+        while i < len(messages):
+            start = commitlog.position_for(message_record_size(messages[i]))
+            batch = encode_batch(messages, i, start, commitlog.segment_limit(), store_ms,
+                                 assigned, self._queue_offset, schedule_tags)
+            if batch.count == 0:
+                raise ValueError(f"a record of {message_record_size(messages[i])} bytes does "
+                                 f"not fit in a CommitLog segment of {commitlog.segment_size}")
+            commitlog.write(start, batch.data, store_ms)
+            batches.append(batch)
+            i += batch.count
+        self._next_queue_offset.update(assigned)
+        for batch in batches:
+            for run in batch.queues:
+                self.queues.get_or_create(*run.key).append_packed(run.entries,
+                                                                  run.first_queue_offset)
+                self._bytes_by_topic[run.key[0]] += run.record_bytes
+        meta = batches[0].meta if len(batches) == 1 else b"".join(b.meta for b in batches)
         self.groups_written += 1
-        self.messages_written += len(results)
-        return results
+        self.messages_written += len(messages)
+        return PutResults(messages, meta, store_ms)
+
+    def _queue_offset(self, key: tuple[str, int]) -> int:
+        """The next offset of a queue the current group has not touched yet."""
+        offset = self._next_queue_offset.get(key)
+        return self.queues.get_or_create(*key).max_offset if offset is None else offset
 
     # -- reads ----------------------------------------------------------------------------
     def get_message(self, commitlog_offset: int, size: int | None = None) -> Message:

@@ -21,8 +21,6 @@ import struct
 import zlib
 from functools import lru_cache
 
-import numpy as np
-
 from rocks_timer.errors import CorruptRecordError, InvalidMessageError
 from rocks_timer.message import Message, decode_properties, encode_properties
 
@@ -46,6 +44,12 @@ _LOCALHOST = bytes([127, 0, 0, 1]) + (10911).to_bytes(4, "big")
 
 def record_size(body_len: int, topic_len: int, props_len: int) -> int:
     return FIXED_SIZE + body_len + topic_len + props_len
+
+
+def message_record_size(msg: Message) -> int:
+    """Size of the record ``msg`` becomes in the CommitLog."""
+    return record_size(len(msg.body), len(_topic_prefix(msg.topic)) - 1,
+                       len(msg.encoded_properties))
 
 
 _LEAD = struct.Struct(">iII")  # size, magic, crc
@@ -145,77 +149,3 @@ def java_string_hash(text: str) -> int:
     for i in range(0, len(units), 2):
         h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
     return h - (1 << 32) if h >= 1 << 31 else h
-
-
-# -- group encoding (the writer's hot path) ---------------------------------------------------
-_HEADER_DTYPE = np.dtype([
-    ("size", ">i4"), ("magic", ">u4"), ("crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("physical_offset", ">i8"), ("sys_flag", ">i4"), ("born_ms", ">i8"),
-    ("born_host", "V8"), ("store_ms", ">i8"), ("store_host", "V8"), ("reconsume_times", ">i4"),
-    ("prepared_tx_offset", ">i8"), ("body_len", ">i4")])
-assert _HEADER_DTYPE.itemsize == HEADER_SIZE + 4
-_SMALL_GROUP = 16
-
-try:  # the optional C encoder (setup.py); the numpy path below gives the same bytes
-    from rocks_timer._native import groupenc as _native
-except ImportError:  # pragma: no cover - no compiler at install time
-    _native = None
-
-
-def encode_group(messages: list[Message], props: list[bytes], queue_ids: list[int],
-                 queue_offsets: list[int], start: int, store_ms: int) -> tuple[bytearray, list[int]]:
-    """Encode consecutive records starting at CommitLog offset ``start`` into one buffer.
-
-    Uses the native encoder when it was built; otherwise the fixed headers are filled column by
-    column in one numpy array, the variable parts are joined once, and each CRC is patched in
-    place. Either way: the same bytes ``encode_record`` makes, at a fraction of the per-record
-    cost. Returns the buffer and the record sizes.
-    """
-    n = len(messages)
-    if n <= _SMALL_GROUP:  # numpy's fixed costs outweigh its gain on a handful of records
-        buf, sizes, position = bytearray(), [], start
-        for msg, prop, queue_id, queue_offset in zip(messages, props, queue_ids, queue_offsets):
-            size = encode_record_into(buf, msg, prop, queue_id=queue_id, queue_offset=queue_offset,
-                                      physical_offset=position, store_ms=store_ms,
-                                      born_ms=store_ms if msg.born_ms is None else msg.born_ms)
-            sizes.append(size)
-            position += size
-        return buf, sizes
-    if _native is not None:
-        return _native.encode(
-            [m.body for m in messages], [_topic_prefix(m.topic) for m in messages], props,
-            queue_ids, [m.flag for m in messages], queue_offsets,
-            [store_ms if m.born_ms is None else m.born_ms for m in messages],
-            [m.reconsume_times for m in messages], start, store_ms)
-    tails = [_topic_prefix(m.topic) + PROPS_LEN.pack(len(p)) + p for m, p in zip(messages, props)]
-    body_lens = [len(m.body) for m in messages]
-    sizes = [HEADER_SIZE + 4 + b + len(t) for b, t in zip(body_lens, tails)]
-    if max(map(len, props), default=0) > MAX_STORED_PROPERTIES:
-        raise InvalidMessageError(f"properties exceed the limit of {MAX_STORED_PROPERTIES} bytes")
-    head = np.zeros(n, dtype=_HEADER_DTYPE)
-    head["size"] = sizes
-    head["magic"] = MESSAGE_MAGIC
-    head["queue_id"] = queue_ids
-    head["flag"] = [m.flag for m in messages]
-    head["queue_offset"] = queue_offsets
-    positions = np.cumsum([start] + sizes[:-1], dtype=np.int64)
-    head["physical_offset"] = positions
-    head["born_ms"] = [store_ms if m.born_ms is None else m.born_ms for m in messages]
-    head["born_host"] = _LOCALHOST
-    head["store_ms"] = store_ms
-    head["store_host"] = _LOCALHOST
-    head["reconsume_times"] = [m.reconsume_times for m in messages]
-    head["body_len"] = body_lens
-    headers = memoryview(head.tobytes())
-    step = HEADER_SIZE + 4
-    parts: list = []
-    for i, (m, tail) in enumerate(zip(messages, tails)):
-        parts += (headers[i * step:(i + 1) * step], m.body, tail)
-    buf = bytearray().join(parts)
-    view = memoryview(buf)
-    pos = 0
-    for size in sizes:
-        struct.pack_into(">I", buf, pos + 8, zlib.crc32(view[pos + _CRC_FROM:pos + size]))
-        pos += size
-    view.release()
-    return buf, sizes

@@ -52,29 +52,3 @@ def test_java_string_hash_matches_java():
     assert java_string_hash("hello world, a long string") == -1695001410  # from Java 17
     assert java_string_hash("\U0001F600") == 1772899
     assert java_string_hash("orders.created") == 811154655
-
-
-@pytest.mark.parametrize("native", [True, False], ids=["native", "numpy"])
-@pytest.mark.parametrize("n", [1, 3, 16, 17, 200])
-def test_group_encoding_equals_record_encoding(n, native, monkeypatch):
-    import random
-
-    from rocks_timer import record
-    from rocks_timer.record import encode_group
-    if native:
-        assert record._native is not None, "the C group encoder was not built"
-    else:
-        monkeypatch.setattr(record, "_native", None)
-    rng = random.Random(n)
-    msgs = [Message(f"t{i % 3}", rng.randbytes(rng.randint(0, 3000)), tags="T" if i % 2 else None,
-                    msg_id=f"{i:032X}", born_ms=5 + i, reconsume_times=i % 4, flag=i % 7)
-            for i in range(n)]
-    props = [m.encoded_properties for m in msgs]
-    buf, sizes = encode_group(msgs, props, [i % 5 for i in range(n)], list(range(n)), 12345, 99)
-    expected, position = [], 12345
-    for i, m in enumerate(msgs):
-        record = encode_record(m, queue_id=i % 5, queue_offset=i, physical_offset=position,
-                               store_ms=99, born_ms=5 + i)
-        expected.append(record)
-        position += len(record)
-    assert bytes(buf) == b"".join(expected) and sizes == [len(r) for r in expected]

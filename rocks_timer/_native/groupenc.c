@@ -1,24 +1,48 @@
-/* Native group encoder for the CommitLog writer (optional; record.py falls back to numpy).
+/* Native hot path of the CommitLog writer (optional: rocks_timer/batch_encoder.py holds the
+ * pure-Python reference, which gives the same results and is what the tests compare against).
  *
- * encode(bodies, topics, props, queue_ids, flags, queue_offsets, born_ms, reconsume, start,
- *        store_ms) -> (bytearray, sizes)
+ * encode_batch(messages, first, start, limit, store_ms, assigned, lookup, schedule_tags)
+ *     -> (count, data, meta, queues)
  *
- * Produces exactly the bytes of record.encode_record for each message, back to back, the first
- * at CommitLog offset ``start``: RocketMQ's V1 layout with a CRC32 (IEEE, as zlib.crc32) of every
- * byte after the crc field. ``topics`` are the cached length-prefixed topic bytes.
+ * Encodes messages[first:] as consecutive CommitLog records (RocketMQ's V1 layout, see
+ * record.py), the first at CommitLog offset ``start``, stopping before the first record that
+ * would end past ``limit``. Queue offsets come from ``assigned`` (the group's dict of
+ * (topic, queue_id) -> next offset, updated on success), else from ``lookup(key)``. A record's
+ * tags code is ``schedule_tags(msg)`` for SCHEDULE_TOPIC_XXXX and Java's String.hashCode of its
+ * TAGS otherwise (0 without tags).
+ *
+ *   count   messages encoded;
+ *   data    the records, back to back (bytes);
+ *   meta    per message, native-endian (queue offset q, CommitLog offset q, size i, queue id i);
+ *   queues  per (topic, queue_id) in order of first use: (key, first queue offset,
+ *           ConsumeQueue entries packed big-endian (offset q, size i, tags q), record bytes).
+ *
+ * Message fields are read under the GIL; the copying and CRC32 run with the GIL released, so the
+ * producers keep running while a group is encoded.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <dlfcn.h>
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MESSAGE_MAGIC 0xDAA320A7u
-#define HEADER_SIZE 88 /* 84 fixed bytes + the 4-byte body length */
+#define FIXED_SIZE 91 /* 84-byte header + body length 4 + topic length 1 + properties length 2 */
 #define CRC_FROM 12
+#define CQ_ENTRY 20
+#define META_ENTRY 24
+#define SCHEDULE_TOPIC "SCHEDULE_TOPIC_XXXX"
 
-static uint32_t crc_table[8][256];
+/* -- CRC32 (IEEE, as zlib.crc32) --------------------------------------------------------------- */
+typedef unsigned long (*zlib_crc32_fn)(unsigned long, const unsigned char *, unsigned int);
+static zlib_crc32_fn zlib_crc32; /* the process's zlib (loaded by Python's zlib module) */
+static uint32_t crc_table[8][256]; /* slicing-by-8, when zlib cannot be found */
 
 static void crc_init(void) {
+    void *zlib = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (zlib != NULL) zlib_crc32 = (zlib_crc32_fn)dlsym(zlib, "crc32");
     for (uint32_t i = 0; i < 256; i++) {
         uint32_t c = i;
         for (int k = 0; k < 8; k++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
@@ -29,7 +53,7 @@ static void crc_init(void) {
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
 }
 
-static uint32_t crc32_bytes(const unsigned char *p, size_t n) {
+static uint32_t crc32_sliced(const unsigned char *p, size_t n) {
     uint32_t c = 0xFFFFFFFFu;
     while (n >= 8) {
         uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
@@ -47,6 +71,12 @@ static uint32_t crc32_bytes(const unsigned char *p, size_t n) {
     return c ^ 0xFFFFFFFFu;
 }
 
+static uint32_t crc32_bytes(const unsigned char *p, size_t n) {
+    if (zlib_crc32 == NULL || n > 0xFFFFFFFFu) return crc32_sliced(p, n);
+    return (uint32_t)zlib_crc32(0, p, (unsigned int)n);
+}
+
+/* -- big-endian writers ------------------------------------------------------------------------ */
 static inline unsigned char *put32(unsigned char *p, uint32_t v) {
     p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
     return p + 4;
@@ -59,91 +89,435 @@ static inline unsigned char *put64(unsigned char *p, uint64_t v) {
 
 static const unsigned char LOCALHOST[8] = {127, 0, 0, 1, 0, 0, 0x2A, 0x9F}; /* 127.0.0.1:10911 */
 
-static int long_at(PyObject *list, Py_ssize_t i, long long *out) {
-    *out = PyLong_AsLongLong(PyList_GET_ITEM(list, i));
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+/* -- reading a Message ------------------------------------------------------------------------- */
+static PyObject *S_body, *S_topic, *S_queue_id, *S_flag, *S_born_ms, *S_reconsume_times, *S_tags,
+    *S_cached_props, *S_props, *S_msg_id, *S_properties;
+
+typedef struct {
+    PyObject *body, *topic, *props; /* strong references, held while the GIL is released */
+    const char *topic_utf8;
+    Py_ssize_t topic_len, size, key;
+    int32_t queue_id, flag, reconsume;
+    int64_t born_ms, tags, queue_offset, position;
+} record_t;
+
+/* A field of the message: from its __dict__ (a dataclass keeps its fields there), else getattr. */
+static PyObject *field(PyObject *msg, PyObject *dict, PyObject *name, PyObject *attr) {
+    PyObject *value = dict ? PyDict_GetItemWithError(dict, name) : NULL;
+    if (value != NULL) return Py_NewRef(value);
+    if (PyErr_Occurred()) return NULL;
+    return PyObject_GetAttr(msg, attr ? attr : name);
 }
 
-static PyObject *encode(PyObject *self, PyObject *args) {
-    PyObject *bodies, *topics, *props, *qids, *flags, *qoffs, *borns, *recons;
-    long long start, store_ms;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O!O!LL", &PyList_Type, &bodies, &PyList_Type,
-                          &topics, &PyList_Type, &props, &PyList_Type, &qids, &PyList_Type,
-                          &flags, &PyList_Type, &qoffs, &PyList_Type, &borns, &PyList_Type,
-                          &recons, &start, &store_ms))
+static int int_field(PyObject *msg, PyObject *dict, PyObject *name, int64_t dflt, int64_t lo,
+                     int64_t hi, int64_t *out) {
+    PyObject *value = field(msg, dict, name, NULL);
+    if (value == NULL) return -1;
+    if (value == Py_None) {
+        *out = dflt;
+    } else {
+        long long v = PyLong_AsLongLong(value);
+        if (v == -1 && PyErr_Occurred()) { Py_DECREF(value); return -1; }
+        if (v < lo || v > hi) {
+            PyErr_Format(PyExc_ValueError, "message %U %lld is out of range", name, v);
+            Py_DECREF(value);
+            return -1;
+        }
+        *out = v;
+    }
+    Py_DECREF(value);
+    return 0;
+}
+
+/* Java's String.hashCode over UTF-16 code units (the ConsumeQueue's tags code). */
+static int32_t java_hash(PyObject *text) {
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    uint32_t h = 0;
+    for (Py_ssize_t i = 0, n = PyUnicode_GET_LENGTH(text); i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0x10000) {
+            c -= 0x10000;
+            h = 31 * h + (0xD800 + (c >> 10));
+            c = 0xDC00 + (c & 0x3FF);
+        }
+        h = 31 * h + c;
+    }
+    return (int32_t)h;
+}
+
+static void release(record_t *r) {
+    Py_CLEAR(r->body);
+    Py_CLEAR(r->topic);
+    Py_CLEAR(r->props);
+}
+
+static int load(PyObject *msg, record_t *r, int64_t store_ms, PyObject *schedule_tags) {
+    int64_t v;
+    PyObject *dict = PyObject_GenericGetDict(msg, NULL);
+    if (dict == NULL) PyErr_Clear(); /* no __dict__: getattr for everything */
+    int rc = -1;
+    r->body = field(msg, dict, S_body, NULL);
+    r->topic = r->body ? field(msg, dict, S_topic, NULL) : NULL;
+    r->props = r->topic ? field(msg, dict, S_cached_props, S_props) : NULL;
+    if (r->props == NULL) goto done;
+    if (!PyBytes_Check(r->body) || !PyBytes_Check(r->props) || !PyUnicode_Check(r->topic)) {
+        PyErr_SetString(PyExc_TypeError, "encode_batch: body and properties must be bytes and "
+                                         "the topic a str");
+        goto done;
+    }
+    if (PyBytes_GET_SIZE(r->props) > 65535) {
+        PyErr_Format(PyExc_ValueError, "properties of %zd bytes exceed the limit of 65535 bytes",
+                     PyBytes_GET_SIZE(r->props));
+        goto done;
+    }
+    r->topic_utf8 = PyUnicode_AsUTF8AndSize(r->topic, &r->topic_len);
+    if (r->topic_utf8 == NULL) goto done;
+    if (r->topic_len > 127) {
+        PyErr_Format(PyExc_ValueError, "topic %R is longer than 127 bytes", r->topic);
+        goto done;
+    }
+    if (int_field(msg, dict, S_queue_id, 0, INT32_MIN, INT32_MAX, &v)) goto done;
+    r->queue_id = (int32_t)v;
+    if (int_field(msg, dict, S_flag, 0, INT32_MIN, INT32_MAX, &v)) goto done;
+    r->flag = (int32_t)v;
+    if (int_field(msg, dict, S_reconsume_times, 0, INT32_MIN, INT32_MAX, &v)) goto done;
+    r->reconsume = (int32_t)v;
+    if (int_field(msg, dict, S_born_ms, store_ms, INT64_MIN, INT64_MAX, &r->born_ms)) goto done;
+    if (r->topic_len == sizeof(SCHEDULE_TOPIC) - 1 &&
+        memcmp(r->topic_utf8, SCHEDULE_TOPIC, sizeof(SCHEDULE_TOPIC) - 1) == 0) {
+        PyObject *code = PyObject_CallOneArg(schedule_tags, msg);
+        if (code == NULL) goto done;
+        r->tags = PyLong_AsLongLong(code);
+        Py_DECREF(code);
+        if (r->tags == -1 && PyErr_Occurred()) goto done;
+    } else {
+        PyObject *tags = field(msg, dict, S_tags, NULL);
+        if (tags == NULL) goto done;
+        r->tags = PyUnicode_Check(tags) ? java_hash(tags) : 0;
+        Py_DECREF(tags);
+    }
+    r->size = FIXED_SIZE + PyBytes_GET_SIZE(r->body) + r->topic_len + PyBytes_GET_SIZE(r->props);
+    rc = 0;
+done:
+    Py_XDECREF(dict);
+    if (rc < 0) release(r);
+    return rc;
+}
+
+/* -- per (topic, queue) state ------------------------------------------------------------------ */
+typedef struct {
+    PyObject *key; /* (topic, queue_id) */
+    PyObject *topic; /* borrowed from key */
+    int32_t queue_id;
+    int64_t first, next;
+    Py_ssize_t count, bytes;
+} queue_t;
+
+typedef struct {
+    queue_t *items;
+    Py_ssize_t n, cap;
+} queues_t;
+
+static void queues_free(queues_t *qs) {
+    for (Py_ssize_t i = 0; i < qs->n; i++) Py_DECREF(qs->items[i].key);
+    PyMem_Free(qs->items);
+}
+
+/* Index of the record's queue in ``qs``, adding it (offset from assigned or lookup) if new. */
+static Py_ssize_t queue_of(queues_t *qs, record_t *r, PyObject *assigned, PyObject *lookup) {
+    for (Py_ssize_t i = qs->n - 1; i >= 0; i--) { /* few queues per group: a linear scan */
+        queue_t *q = &qs->items[i];
+        if (q->queue_id == r->queue_id &&
+            (q->topic == r->topic || PyUnicode_Compare(q->topic, r->topic) == 0))
+            return i;
+    }
+    PyObject *key = Py_BuildValue("(Oi)", r->topic, r->queue_id);
+    if (key == NULL) return -1;
+    PyObject *next = PyDict_GetItemWithError(assigned, key);
+    if (next != NULL) Py_INCREF(next);
+    else if (!PyErr_Occurred()) next = PyObject_CallOneArg(lookup, key);
+    long long offset = next ? PyLong_AsLongLong(next) : -1;
+    Py_XDECREF(next);
+    if (offset == -1 && PyErr_Occurred()) { Py_DECREF(key); return -1; }
+    if (qs->n == qs->cap) {
+        Py_ssize_t cap = qs->cap ? 2 * qs->cap : 4;
+        queue_t *items = PyMem_Realloc(qs->items, cap * sizeof(queue_t));
+        if (items == NULL) { Py_DECREF(key); PyErr_NoMemory(); return -1; }
+        qs->items = items;
+        qs->cap = cap;
+    }
+    qs->items[qs->n] = (queue_t){key, PyTuple_GET_ITEM(key, 0), r->queue_id, offset, offset, 0, 0};
+    return qs->n++;
+}
+
+/* -- the encoder ------------------------------------------------------------------------------- */
+static void write_record(unsigned char *w, const record_t *r, int64_t store_ms) {
+    unsigned char *start = w;
+    Py_ssize_t blen = PyBytes_GET_SIZE(r->body), plen = PyBytes_GET_SIZE(r->props);
+    w = put32(w, (uint32_t)r->size);
+    w = put32(w, MESSAGE_MAGIC);
+    w += 4; /* crc, below */
+    w = put32(w, (uint32_t)r->queue_id);
+    w = put32(w, (uint32_t)r->flag);
+    w = put64(w, (uint64_t)r->queue_offset);
+    w = put64(w, (uint64_t)r->position);
+    w = put32(w, 0); /* sysFlag */
+    w = put64(w, (uint64_t)r->born_ms);
+    memcpy(w, LOCALHOST, 8); w += 8;
+    w = put64(w, (uint64_t)store_ms);
+    memcpy(w, LOCALHOST, 8); w += 8;
+    w = put32(w, (uint32_t)r->reconsume);
+    w = put64(w, 0); /* preparedTransactionOffset */
+    w = put32(w, (uint32_t)blen);
+    memcpy(w, PyBytes_AS_STRING(r->body), blen); w += blen;
+    *w++ = (unsigned char)r->topic_len;
+    memcpy(w, r->topic_utf8, r->topic_len); w += r->topic_len;
+    *w++ = (unsigned char)(plen >> 8);
+    *w++ = (unsigned char)plen;
+    memcpy(w, PyBytes_AS_STRING(r->props), plen);
+    put32(start + 8, crc32_bytes(start + CRC_FROM, (size_t)(r->size - CRC_FROM)));
+}
+
+static PyObject *build_meta(const record_t *recs, Py_ssize_t n) {
+    PyObject *meta = PyBytes_FromStringAndSize(NULL, n * META_ENTRY);
+    if (meta == NULL) return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(meta);
+    for (Py_ssize_t i = 0; i < n; i++, w += META_ENTRY) {
+        int32_t size = (int32_t)recs[i].size;
+        memcpy(w, &recs[i].queue_offset, 8);
+        memcpy(w + 8, &recs[i].position, 8);
+        memcpy(w + 16, &size, 4);
+        memcpy(w + 20, &recs[i].queue_id, 4);
+    }
+    return meta;
+}
+
+static PyObject *build_queues(const record_t *recs, Py_ssize_t n, queues_t *qs,
+                              PyObject *assigned) {
+    PyObject *out = PyList_New(qs->n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < qs->n; k++) {
+        queue_t *q = &qs->items[k];
+        PyObject *entries = PyBytes_FromStringAndSize(NULL, q->count * CQ_ENTRY);
+        if (entries == NULL) { Py_DECREF(out); return NULL; }
+        unsigned char *w = (unsigned char *)PyBytes_AS_STRING(entries);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (recs[i].key != k) continue;
+            w = put64(w, (uint64_t)recs[i].position);
+            w = put32(w, (uint32_t)recs[i].size);
+            w = put64(w, (uint64_t)recs[i].tags);
+        }
+        PyObject *item = Py_BuildValue("(OLNn)", q->key, (long long)q->first, entries, q->bytes);
+        if (item == NULL) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, k, item);
+    }
+    for (Py_ssize_t k = 0; k < qs->n; k++) { /* only now: nothing is assigned on failure */
+        PyObject *next = PyLong_FromLongLong(qs->items[k].next);
+        if (next == NULL || PyDict_SetItem(assigned, qs->items[k].key, next) < 0) {
+            Py_XDECREF(next);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(next);
+    }
+    return out;
+}
+
+static PyObject *encode_batch(PyObject *self, PyObject *args) {
+    PyObject *messages, *assigned, *lookup, *schedule_tags;
+    Py_ssize_t first;
+    long long start, limit, store_ms;
+    if (!PyArg_ParseTuple(args, "O!nLLLO!OO", &PyList_Type, &messages, &first, &start, &limit,
+                          &store_ms, &PyDict_Type, &assigned, &lookup, &schedule_tags))
         return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(bodies);
-    PyObject *lists[7] = {topics, props, qids, flags, qoffs, borns, recons};
-    for (int k = 0; k < 7; k++)
-        if (PyList_GET_SIZE(lists[k]) != n) {
-            PyErr_SetString(PyExc_ValueError, "encode: every list must have the same length");
-            return NULL;
-        }
-    PyObject *sizes = PyList_New(n);
-    if (sizes == NULL) return NULL;
-    Py_ssize_t total = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *b = PyList_GET_ITEM(bodies, i), *t = PyList_GET_ITEM(topics, i),
-                 *p = PyList_GET_ITEM(props, i);
-        if (!PyBytes_Check(b) || !PyBytes_Check(t) || !PyBytes_Check(p)) {
-            Py_DECREF(sizes);
-            PyErr_SetString(PyExc_TypeError, "encode: bodies, topics and props must be bytes");
-            return NULL;
-        }
-        if (PyBytes_GET_SIZE(p) > 65535) {
-            Py_DECREF(sizes);
-            PyErr_SetString(PyExc_ValueError, "encode: properties longer than 65535 bytes");
-            return NULL;
-        }
-        Py_ssize_t size = HEADER_SIZE + PyBytes_GET_SIZE(b) + PyBytes_GET_SIZE(t) + 2 +
-                          PyBytes_GET_SIZE(p);
-        PyList_SET_ITEM(sizes, i, PyLong_FromSsize_t(size));
-        total += size;
+    Py_ssize_t total = PyList_GET_SIZE(messages);
+    if (first < 0 || first > total) {
+        PyErr_SetString(PyExc_IndexError, "encode_batch: first is outside the list");
+        return NULL;
     }
-    PyObject *out = PyByteArray_FromStringAndSize(NULL, total);
-    if (out == NULL) { Py_DECREF(sizes); return NULL; }
-    unsigned char *base = (unsigned char *)PyByteArray_AS_STRING(out), *w = base;
-    long long position = start;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long long qid, flag, qoff, born, recon;
-        if (long_at(qids, i, &qid) || long_at(flags, i, &flag) || long_at(qoffs, i, &qoff) ||
-            long_at(borns, i, &born) || long_at(recons, i, &recon)) {
-            Py_DECREF(out); Py_DECREF(sizes);
-            return NULL;
-        }
-        PyObject *b = PyList_GET_ITEM(bodies, i), *t = PyList_GET_ITEM(topics, i),
-                 *p = PyList_GET_ITEM(props, i);
-        Py_ssize_t blen = PyBytes_GET_SIZE(b), tlen = PyBytes_GET_SIZE(t),
-                   plen = PyBytes_GET_SIZE(p);
-        Py_ssize_t size = HEADER_SIZE + blen + tlen + 2 + plen;
-        unsigned char *r = w;
-        w = put32(w, (uint32_t)size);
-        w = put32(w, MESSAGE_MAGIC);
-        w += 4; /* crc, below */
-        w = put32(w, (uint32_t)qid);
-        w = put32(w, (uint32_t)flag);
-        w = put64(w, (uint64_t)qoff);
-        w = put64(w, (uint64_t)position);
-        w = put32(w, 0); /* sysFlag */
-        w = put64(w, (uint64_t)born);
-        memcpy(w, LOCALHOST, 8); w += 8;
-        w = put64(w, (uint64_t)store_ms);
-        memcpy(w, LOCALHOST, 8); w += 8;
-        w = put32(w, (uint32_t)recon);
-        w = put64(w, 0); /* preparedTransactionOffset */
-        w = put32(w, (uint32_t)blen);
-        memcpy(w, PyBytes_AS_STRING(b), blen); w += blen;
-        memcpy(w, PyBytes_AS_STRING(t), tlen); w += tlen;
-        *w++ = (unsigned char)(plen >> 8);
-        *w++ = (unsigned char)plen;
-        memcpy(w, PyBytes_AS_STRING(p), plen); w += plen;
-        put32(r + 8, crc32_bytes(r + CRC_FROM, (size_t)(size - CRC_FROM)));
-        position += size;
+    record_t *recs = PyMem_Calloc(total - first + 1, sizeof(record_t));
+    if (recs == NULL) return PyErr_NoMemory();
+    queues_t qs = {NULL, 0, 0};
+    PyObject *data = NULL, *meta = NULL, *queues = NULL, *result = NULL;
+    Py_ssize_t n = 0;
+    int64_t position = start;
+    for (Py_ssize_t i = first; i < total; i++) {
+        record_t *r = &recs[n];
+        if (load(PyList_GET_ITEM(messages, i), r, store_ms, schedule_tags) < 0) goto done;
+        if (position + r->size > limit) { release(r); break; }
+        n++; /* from here on r is released with the others */
+        Py_ssize_t k = queue_of(&qs, r, assigned, lookup);
+        if (k < 0) goto done;
+        r->key = k;
+        r->queue_offset = qs.items[k].next++;
+        r->position = position;
+        qs.items[k].count++;
+        qs.items[k].bytes += r->size;
+        position += r->size;
     }
-    PyObject *result = PyTuple_Pack(2, out, sizes);
-    Py_DECREF(out);
-    Py_DECREF(sizes);
+    data = PyBytes_FromStringAndSize(NULL, position - start);
+    if (data == NULL) goto done;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(data);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        write_record(w, &recs[i], store_ms);
+        w += recs[i].size;
+    }
+    Py_END_ALLOW_THREADS
+    if ((meta = build_meta(recs, n)) == NULL) goto done;
+    if ((queues = build_queues(recs, n, &qs, assigned)) == NULL) goto done;
+    result = Py_BuildValue("(nOOO)", n, data, meta, queues);
+done:
+    for (Py_ssize_t i = 0; i < n; i++) release(&recs[i]);
+    PyMem_Free(recs);
+    queues_free(&qs);
+    Py_XDECREF(data);
+    Py_XDECREF(meta);
+    Py_XDECREF(queues);
     return result;
+}
+
+/* -- the producer's side ------------------------------------------------------------------------
+ * encode_properties(mapping) -> bytes: RocketMQ's property string, name\x01value\x02 per entry.
+ * prepare_batch(messages, max_body, max_properties) -> (body bytes, clean): caches each message's
+ * property string (as Message.encoded_properties does) and sums the bodies; ``clean`` is false
+ * when a message is over a limit or has no id, for the caller's slower path to handle. */
+typedef struct {
+    char *data; /* ``stack`` until it outgrows it */
+    Py_ssize_t len, cap;
+    char stack[512];
+} buffer_t;
+
+static int buffer_add(buffer_t *b, const char *p, Py_ssize_t n) {
+    if (b->len + n > b->cap) {
+        Py_ssize_t cap = (b->len + n) * 2;
+        char *data = PyMem_Malloc(cap);
+        if (data == NULL) { PyErr_NoMemory(); return -1; }
+        memcpy(data, b->data, b->len);
+        if (b->data != b->stack) PyMem_Free(b->data);
+        b->data = data;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static int add_text(buffer_t *b, PyObject *text) {
+    Py_ssize_t n;
+    if (!PyUnicode_Check(text)) {
+        PyErr_Format(PyExc_TypeError, "property names and values must be str, not %.50s",
+                     Py_TYPE(text)->tp_name);
+        return -1;
+    }
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
+    return utf8 == NULL ? -1 : buffer_add(b, utf8, n);
+}
+
+static PyObject *encode_props(PyObject *mapping) {
+    PyObject *items = PyMapping_Items(mapping);
+    if (items == NULL) return NULL;
+    buffer_t b;
+    b.data = b.stack;
+    b.len = 0;
+    b.cap = sizeof(b.stack);
+    PyObject *result = NULL;
+    for (Py_ssize_t i = 0, n = PyList_GET_SIZE(items); i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (add_text(&b, PyTuple_GET_ITEM(item, 0)) < 0 || buffer_add(&b, "\x01", 1) < 0 ||
+            add_text(&b, PyTuple_GET_ITEM(item, 1)) < 0 || buffer_add(&b, "\x02", 1) < 0)
+            goto done;
+    }
+    result = PyBytes_FromStringAndSize(b.data, b.len);
+done:
+    if (b.data != b.stack) PyMem_Free(b.data);
+    Py_DECREF(items);
+    return result;
+}
+
+static PyObject *encode_properties(PyObject *self, PyObject *mapping) {
+    return encode_props(mapping);
+}
+
+/* The message's cached property string (a borrowed reference), built and cached if missing. */
+static PyObject *cached_props(PyObject *dict) {
+    PyObject *props = PyDict_GetItemWithError(dict, S_cached_props);
+    if (props != NULL || PyErr_Occurred()) return props;
+    PyObject *mapping = PyDict_GetItemWithError(dict, S_properties);
+    if (mapping == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a message has no properties");
+        return NULL;
+    }
+    props = encode_props(mapping);
+    if (props == NULL) return NULL;
+    int rc = PyDict_SetItem(dict, S_cached_props, props);
+    Py_DECREF(props); /* the dict holds it */
+    return rc < 0 ? NULL : props;
+}
+
+static PyObject *prepare_batch(PyObject *self, PyObject *args) {
+    PyObject *messages;
+    Py_ssize_t max_body, max_props, body_bytes = 0;
+    int clean = 1;
+    if (!PyArg_ParseTuple(args, "O!nn", &PyList_Type, &messages, &max_body, &max_props))
+        return NULL;
+    for (Py_ssize_t i = 0, n = PyList_GET_SIZE(messages); i < n; i++) {
+        PyObject *dict = PyObject_GenericGetDict(PyList_GET_ITEM(messages, i), NULL);
+        if (dict == NULL) return NULL;
+        PyObject *body = PyDict_GetItemWithError(dict, S_body);
+        PyObject *props = body ? cached_props(dict) : NULL;
+        PyObject *msg_id = props ? PyDict_GetItemWithError(dict, S_msg_id) : NULL;
+        if (PyErr_Occurred() || body == NULL || !PyBytes_Check(body) || !PyBytes_Check(props)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "prepare_batch: expected Messages");
+            Py_DECREF(dict);
+            return NULL;
+        }
+        body_bytes += PyBytes_GET_SIZE(body);
+        if (PyBytes_GET_SIZE(body) > max_body || PyBytes_GET_SIZE(props) > max_props ||
+            msg_id == NULL || msg_id == Py_None)
+            clean = 0;
+        Py_DECREF(dict);
+    }
+    return Py_BuildValue("(nO)", body_bytes, clean ? Py_True : Py_False);
+}
+
+/* pwrite_all(fd, data, offset, slice): write all of ``data`` at ``offset`` in writes of at most
+ * ``slice`` bytes, with the GIL released once for the whole loop (see rocks_timer/fileio.py). */
+static PyObject *pwrite_all(PyObject *self, PyObject *args) {
+    int fd;
+    Py_buffer view;
+    long long offset;
+    Py_ssize_t slice;
+    if (!PyArg_ParseTuple(args, "iy*Ln", &fd, &view, &offset, &slice)) return NULL;
+    if (slice <= 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "pwrite_all: slice must be positive");
+        return NULL;
+    }
+    const char *p = view.buf;
+    Py_ssize_t left = view.len;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (left > 0) {
+        ssize_t n = pwrite(fd, p, left < slice ? left : slice, (off_t)offset);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            err = errno;
+            break;
+        }
+        p += n;
+        offset += n;
+        left -= n;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (err) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
 }
 
 static PyObject *crc32(PyObject *self, PyObject *arg) {
@@ -154,9 +528,25 @@ static PyObject *crc32(PyObject *self, PyObject *arg) {
     return PyLong_FromUnsignedLong(c);
 }
 
+static PyObject *java_string_hash(PyObject *self, PyObject *arg) {
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "java_string_hash: expected a str");
+        return NULL;
+    }
+    return PyLong_FromLong(java_hash(arg));
+}
+
 static PyMethodDef methods[] = {
-    {"encode", encode, METH_VARARGS, "Encode consecutive CommitLog records into one bytearray."},
+    {"encode_batch", encode_batch, METH_VARARGS,
+     "Encode messages as consecutive CommitLog records with their ConsumeQueue entries."},
+    {"encode_properties", encode_properties, METH_O,
+     "RocketMQ's property string (name\\x01value\\x02 per entry) of a mapping of str."},
+    {"prepare_batch", prepare_batch, METH_VARARGS,
+     "Cache the messages' property strings; (body bytes, whether all are within limits)."},
+    {"pwrite_all", pwrite_all, METH_VARARGS,
+     "Write a whole buffer at an offset in slices, with the GIL released once."},
     {"crc32", crc32, METH_O, "CRC32 (IEEE, as zlib.crc32) of a bytes-like object."},
+    {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -164,5 +554,13 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "groupenc", NULL, -1,
 
 PyMODINIT_FUNC PyInit_groupenc(void) {
     crc_init();
+    PyObject **names[] = {&S_body, &S_topic, &S_queue_id, &S_flag, &S_born_ms,
+                          &S_reconsume_times, &S_tags, &S_cached_props, &S_props, &S_msg_id,
+                          &S_properties};
+    const char *texts[] = {"body", "topic", "queue_id", "flag", "born_ms", "reconsume_times",
+                           "tags", "_encoded_properties", "encoded_properties", "msg_id",
+                           "properties"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if ((*names[i] = PyUnicode_InternFromString(texts[i])) == NULL) return NULL;
     return PyModule_Create(&module);
 }

@@ -1,0 +1,32 @@
+"""Writing a large buffer into the page cache without paying for fresh 2 MiB folios.
+
+A single multi-megabyte ``pwrite`` makes the kernel's page cache (Linux 6.x, ext4 with large
+folios) allocate 2 MiB folios, which come from high-order free blocks. On a VM with free page
+reporting (virtio-balloon, as on these machines) such blocks have often been handed back to the
+host, and every 4 KiB of them costs a host fault to touch again. Writes of 1 MiB or less get
+smaller folios from recycled memory. Measured on this machine, 232 MB written after the previous
+file was deleted: 0.40-0.66 s in 16 MiB writes, 0.05 s in 256 KiB writes (docs/BENCHMARKS.md).
+So the CommitLog writes a group in ``SLICE``-sized pieces, in one native call that releases the
+GIL once (each ``os.pwrite`` would release and re-take it).
+"""
+from __future__ import annotations
+
+import os
+
+try:
+    from rocks_timer._native.groupenc import pwrite_all as _native_pwrite_all
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native_pwrite_all = None
+
+SLICE = 256 << 10
+
+
+def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
+    """Write all of ``data`` at ``offset``, ``SLICE`` bytes at a time; OSError on failure."""
+    if _native_pwrite_all is not None:
+        _native_pwrite_all(fd, data, offset, SLICE)
+        return
+    view = memoryview(data).cast("B")
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:done + SLICE], offset + done)
