@@ -3,10 +3,10 @@
 A single multi-megabyte ``pwrite`` makes the kernel's page cache (Linux 6.x, ext4 with large
 folios) allocate 2 MiB folios, which come from high-order free blocks. On a VM with free page
 reporting (virtio-balloon, as on these machines) such blocks have often been handed back to the
-host, and every 4 KiB of them costs a host fault to touch again. Writes of 1 MiB or less get
-smaller folios from recycled memory. Measured on this machine, 232 MB written after the previous
-file was deleted: 0.40-0.66 s in 16 MiB writes, 0.05 s in 256 KiB writes (docs/BENCHMARKS.md).
-So the CommitLog writes a group in ``SLICE``-sized pieces, in one native call that releases the
+host, and every 4 KiB of them costs a host fault to touch again; smaller writes get smaller
+folios from recycled memory. ``python -m bench.page_cache`` (224 MiB to a new file, 3 s after
+the previous one was deleted): 0.43-0.76 s in writes of 1-16 MiB, 0.04-0.08 s in writes of
+256 KiB or less, 0.03-0.04 s rewriting pages already cached. So the CommitLog writes a group in ``SLICE``-sized pieces, in one native call that releases the
 GIL once (each ``os.pwrite`` would release and re-take it).
 """
 from __future__ import annotations

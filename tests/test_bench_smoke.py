@@ -1,10 +1,11 @@
-"""Smoke tests: the CommitLog and RocksDB benchmarks run end to end with tiny inputs and write
+"""Smoke tests: the CommitLog, page-cache and RocksDB benchmarks run end to end with tiny inputs and write
 their JSON (so they do not rot). They assert shapes and invariants, never speed."""
 from __future__ import annotations
 
 import json
 
 from bench import commitlog as bench_commitlog
+from bench import page_cache as bench_page_cache
 from bench import rocks as bench_rocks
 
 
@@ -17,6 +18,16 @@ def test_bench_commitlog_smoke(tmp_path, capsys):
     written = {name: v["bytes"] for name, v in report["variants"].items()}
     assert len(set(written.values())) == 1  # every variant wrote the same bytes
     assert "vs baseline" in capsys.readouterr().out
+
+
+def test_bench_page_cache_smoke(tmp_path, capsys):
+    assert bench_page_cache.main(["--mb", "16", "--pause", "0", "--rounds", "1",
+                                  "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "page_cache.json").read_text())
+    assert set(report["sizes"]) == {f"{k}KiB" for k in bench_page_cache.SIZES_KIB}
+    assert all(len(row["fresh_s"]) == 1 and row["rewrite_s"] > 0
+               for row in report["sizes"].values())
+    assert "rewriting them" in capsys.readouterr().out
 
 
 def test_bench_rocks_smoke(tmp_path, capsys):
