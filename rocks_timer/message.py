@@ -63,9 +63,19 @@ def encode_properties_py(properties: Mapping[str, str]) -> bytes:
 
 
 try:  # the same encoding in C (rocks_timer/_native/groupenc.c), when it was built
-    from rocks_timer._native.groupenc import encode_properties
+    from rocks_timer._native.groupenc import encode_properties as _encode_properties_c
 except ImportError:  # pragma: no cover - no C compiler at install time
-    encode_properties = encode_properties_py
+    _encode_properties_c = None
+
+
+def encode_properties(properties: Mapping[str, str]) -> bytes:
+    """``name\\x01value\\x02`` per entry (the last one included), UTF-8."""
+    if _encode_properties_c is not None:
+        try:
+            return _encode_properties_c(properties)
+        except TypeError:  # a name or value that is not a str: the Python version formats it
+            pass
+    return encode_properties_py(properties)
 
 
 def decode_properties(data: bytes | str) -> dict[str, str]:

@@ -119,8 +119,13 @@ def test_the_native_encoder_is_built():
 @needs_native
 @given(st.dictionaries(st.text(max_size=8), st.text(max_size=30), max_size=6))
 def test_native_property_string_is_the_reference(props):
-    from rocks_timer.message import encode_properties, encode_properties_py
-    assert encode_properties(props) == encode_properties_py(props)
+    from rocks_timer.message import encode_properties_py
+    assert native.encode_properties(props) == encode_properties_py(props)
+
+
+def test_property_values_that_are_not_strings_are_formatted_as_before():
+    from rocks_timer.message import encode_properties
+    assert encode_properties({"a": "b", "n": 1}) == b"a\x01b\x02n\x011\x02"
 
 
 @pytest.mark.parametrize("prepare", ["py", "native"])

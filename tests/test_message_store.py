@@ -5,8 +5,20 @@ import threading
 
 import pytest
 
-from rocks_timer import BrokerConfig, CorruptRecordError, ManualClock, Message
+from rocks_timer import BrokerConfig, CorruptRecordError, ManualClock, Message, message_store
+from rocks_timer.batch_encoder import encode_batch_py, native, prepare_batch_py
 from rocks_timer.message_store import MessageStore
+
+
+@pytest.fixture(autouse=True, params=["native", "python"])
+def encoder(request, monkeypatch):
+    """Every test here runs on the C batch encoder and on the Python reference."""
+    if request.param == "python":
+        monkeypatch.setattr(message_store, "encode_batch", encode_batch_py)
+        monkeypatch.setattr(message_store, "prepare_batch", prepare_batch_py)
+    elif native is None:
+        pytest.skip("the C extension was not built")
+    return request.param
 
 
 def open_store(path, clock, config):
