@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: test demo venv clean
 
-$(STAMP): pyproject.toml setup.py rocks_timer/_native/groupenc.c
+$(STAMP): pyproject.toml setup.py $(wildcard rocks_timer/_native/*.c rocks_timer/_native/*.h)
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

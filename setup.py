@@ -1,10 +1,16 @@
-"""Only the optional native group encoder lives here; everything else is in pyproject.toml.
+"""Only the optional native extension lives here; everything else is in pyproject.toml.
 
-``optional=True``: without a C compiler the install still succeeds and the CommitLog writer
-uses its numpy encoder (rocks_timer/record.py).
+``optional=True``: without a C compiler the install still succeeds and every hot path uses its
+pure-Python reference (rocks_timer/batch_encoder.py, fileio.py, timer/schedule_codec.py).
 """
+from pathlib import Path
+
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("rocks_timer._native.groupenc",
-                             ["rocks_timer/_native/groupenc.c"],
+NATIVE = Path("rocks_timer/_native")
+
+setup(ext_modules=[Extension("rocks_timer._native.codec",
+                             sources=[str(NATIVE / name) for name in
+                                      ("module.c", "fields.c", "commitlog.c", "timer.c")],
+                             depends=[str(NATIVE / "native.h")],
                              extra_compile_args=["-O2"], optional=True)])

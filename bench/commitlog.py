@@ -24,14 +24,13 @@ prepared inputs while the clock runs.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import random
 import sys
 import time
 from pathlib import Path
 
-from bench.common import median, scratch_dir, write_result
+from bench.common import median, scratch_dir, settled_gc, write_result
 from rocks_timer import BrokerConfig, ManualClock, Message
 from rocks_timer.message_store import MessageStore
 from rocks_timer.record import encode_record
@@ -49,33 +48,27 @@ def make_messages(n: int, body_size: int, seed: int, serialized: bool = False) -
     return messages
 
 
-def settle_gc() -> None:
-    """Collect, then freeze what exists: the prepared inputs are not part of what is timed, so
-    the collector should not walk them during the run (the same for every variant)."""
-    gc.collect()
-    gc.freeze()
-
-
 def baseline(messages, buffered: bool) -> tuple[float, int]:
     records = [encode_record(m, queue_id=0, queue_offset=i, physical_offset=0, store_ms=1,
                              born_ms=1) for i, m in enumerate(messages)]
     with scratch_dir(prefix="baseline-") as d:
         path = d / "log"
-        settle_gc()
-        start = time.perf_counter()
-        if buffered:
-            with open(path, "wb") as f:
+        with settled_gc():
+            start = time.perf_counter()
+            if buffered:
+                with open(path, "wb") as f:
+                    for record in records:
+                        f.write(record)
+                    f.flush()
+                    os.fsync(f.fileno())
+            else:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 for record in records:
-                    f.write(record)
-                f.flush()
-                os.fsync(f.fileno())
-        else:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            for record in records:
-                os.write(fd, record)
-            os.fsync(fd)
-            os.close(fd)
-        return time.perf_counter() - start, sum(map(len, records))
+                    os.write(fd, record)
+                os.fsync(fd)
+                os.close(fd)
+            elapsed = time.perf_counter() - start
+        return elapsed, sum(map(len, records))
 
 
 def store_run(messages, batch: int | None, flush: str, serialized: bool = False
@@ -87,19 +80,17 @@ def store_run(messages, batch: int | None, flush: str, serialized: bool = False
             message.encoded_properties  # noqa: B018 - built by the producer, outside the timing
     with scratch_dir(prefix="commitlog-") as d:
         store = MessageStore.open(d, config, ManualClock(1_700_000_000_000))
-        settle_gc()
-        start = time.perf_counter()
-        if batch is None:
-            futures = [store.put_message_async(m) for m in messages]
+        with settled_gc():
+            start = time.perf_counter()
+            if batch is None:
+                futures = [store.put_message_async(m) for m in messages]
+            else:
+                futures = [store.put_messages_async(messages[i:i + batch])
+                           for i in range(0, len(messages), batch)]
             for future in futures:
                 future.result()
-        else:
-            futures = [store.put_messages_async(messages[i:i + batch])
-                       for i in range(0, len(messages), batch)]
-            for future in futures:
-                future.result()
-        store.flush()
-        elapsed = time.perf_counter() - start
+            store.flush()
+            elapsed = time.perf_counter() - start
         written = store.commitlog.bytes_written
         store.close()
         return elapsed, written

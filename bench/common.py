@@ -1,6 +1,7 @@
 """Small helpers shared by the benchmarks: result files, scratch dirs on a real disk, timing."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import platform
@@ -27,6 +28,19 @@ def write_result(name: str, payload: dict, directory: Path | None = None) -> Pat
                "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **payload}
     path.write_text(json.dumps(payload, indent=2) + "\n")
     return path
+
+
+@contextmanager
+def settled_gc():
+    """Collect, then freeze what exists for the duration: the prepared inputs are not part of
+    what is timed, so the collector should not walk them during the run (the same for every
+    variant of a benchmark). Unfrozen afterwards, so they can be collected again."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def is_tmpfs(path: Path) -> bool:

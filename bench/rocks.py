@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import median, peak_rss_mb, percentile, scratch_dir, write_result
+from bench.common import median, peak_rss_mb, percentile, scratch_dir, settled_gc, write_result
 from rocks_timer import Broker, BrokerConfig, ManualClock, Message, SystemClock
 from rocks_timer.message_store import MessageStore
 from rocks_timer.timer.keys import encode_key
@@ -56,10 +56,11 @@ def bench_send(n: int, runs: int) -> dict:
             with scratch_dir(prefix="send-") as d:
                 store = RocksTimerStore.open(d / "s", config)
                 fresh = [TimerRecord(r.due_ms, r.message.copy()) for r in recs]  # no warm caches
-                start = time.perf_counter()
-                for i in range(0, n, batch):
-                    store.schedule(fresh[i:i + batch], T0)
-                store_t.append(time.perf_counter() - start)
+                with settled_gc():
+                    start = time.perf_counter()
+                    for i in range(0, n, batch):
+                        store.schedule(fresh[i:i + batch], T0)
+                    store_t.append(time.perf_counter() - start)
                 store.close()
                 raw_t.append(raw_writebatch(d / "raw", keys, values, batch,
                                             config.rocksdb_profile))
@@ -84,13 +85,14 @@ def raw_writebatch(path, keys, values, batch, profile: str) -> float:
     db = Rdict(str(path), build_options(profile), column_families={"timer": build_options(profile)})
     handle = db.get_column_family_handle("timer")
     options = WriteOptions()
-    start = time.perf_counter()
-    for i in range(0, len(keys), batch):
-        wb = WriteBatch(raw_mode=True)
-        for j in range(i, min(i + batch, len(keys))):
-            wb.put(keys[j], values[j], handle)
-        db.write(wb, options)
-    elapsed = time.perf_counter() - start
+    with settled_gc():
+        start = time.perf_counter()
+        for i in range(0, len(keys), batch):
+            wb = WriteBatch(raw_mode=True)
+            for j in range(i, min(i + batch, len(keys))):
+                wb.put(keys[j], values[j], handle)
+            db.write(wb, options)
+        elapsed = time.perf_counter() - start
     del handle
     db.close()
     return elapsed

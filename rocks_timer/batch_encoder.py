@@ -2,7 +2,7 @@
 sizes) and ``encode_batch`` (the writer's: a run of messages encoded as consecutive records, with
 the queue offsets they take and the ConsumeQueue entries that index them).
 
-Each is the optional C encoder (``rocks_timer/_native/groupenc.c``, built by
+Each is the optional C encoder (``rocks_timer/_native/commitlog.c``, built by
 ``setup.py``) when it was built, else the ``*_py`` reference implementation here; the
 two give the same results (tests/test_batch_encoder.py). The C version reads the messages under
 the GIL and copies bytes and computes CRCs with the GIL released, so producers keep running while
@@ -18,7 +18,7 @@ from rocks_timer.message import SCHEDULE_TOPIC, Message
 from rocks_timer.record import encode_record_into, message_record_size
 
 try:
-    from rocks_timer._native import groupenc as native
+    from rocks_timer._native import codec as native
 except ImportError:  # pragma: no cover - no C compiler at install time
     native = None
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 try:
-    from rocks_timer._native.groupenc import pwrite_all as _native_pwrite_all
+    from rocks_timer._native.codec import pwrite_all as _native_pwrite_all
 except ImportError:  # pragma: no cover - no C compiler at install time
     _native_pwrite_all = None
 

@@ -62,8 +62,8 @@ def encode_properties_py(properties: Mapping[str, str]) -> bytes:
     return "".join(parts).encode("utf-8")
 
 
-try:  # the same encoding in C (rocks_timer/_native/groupenc.c), when it was built
-    from rocks_timer._native.groupenc import encode_properties as _encode_properties_c
+try:  # the same encoding in C (rocks_timer/_native/fields.c), when it was built
+    from rocks_timer._native.codec import encode_properties as _encode_properties_c
 except ImportError:  # pragma: no cover - no C compiler at install time
     _encode_properties_c = None
 

@@ -113,7 +113,7 @@ def test_native_java_hash_is_the_reference(text):
 
 def test_the_native_encoder_is_built():
     """The benchmarks quote the C encoder; a build that silently fell back would mislead."""
-    assert native is not None, "rocks_timer/_native/groupenc.c did not build (see setup.py)"
+    assert native is not None, "rocks_timer/_native/*.c did not build (see setup.py)"
 
 
 @needs_native

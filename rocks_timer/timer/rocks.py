@@ -40,7 +40,8 @@ from rocks_timer.timer.profiles import build_options, compaction_style
 from rocks_timer.timer.rocks_scan import collect_pending, resume_handle, scan_start
 from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats,
                                      TimerKey, TimerRecord)
-from rocks_timer.timer.values import decode_value, encode_value
+from rocks_timer.timer.schedule_codec import encode_schedule
+from rocks_timer.timer.values import decode_value
 
 log = logging.getLogger(__name__)
 
@@ -164,38 +165,33 @@ class RocksTimerStore:
 
     # -- TimerStore ---------------------------------------------------------------------------
     def schedule(self, records: Sequence[TimerRecord], now_ms: int) -> list[Scheduled]:
-        prepared = []
-        threshold = self.config.timer_compress_threshold
-        for record in records:
-            message = record.message
-            if not message.msg_id:
-                raise InvalidMessageError(f"message to {message.topic!r} has no msg_id; the "
-                                          f"broker sets UNIQ_KEY before scheduling")
-            prepared.append((record.due_ms, message.topic, message.msg_id,
-                             encode_value(message, threshold)))
-        if not prepared:
+        if type(records) is not list:
+            records = list(records)
+        if not records:
             return []
         with self._lock:
             self._check_open()
-            floor_ms = self._low_watermark_ms()
+            raw_keys, values, key_dues, handles = encode_schedule(
+                records, self._low_watermark_ms(), self.config.timer_compress_threshold)
             batch = WriteBatch(raw_mode=True)
-            put, timer_h, encode_key = batch.put, self._timer_h, K.encode_key_parts
-            raw_keys, key_dues = [], []
-            for due_ms, topic, msg_id, value in prepared:
-                key_due_ms = due_ms if due_ms >= floor_ms else floor_ms
-                raw = encode_key(key_due_ms, topic, msg_id)
+            put, timer_h = batch.put, self._timer_h
+            for raw, value in zip(raw_keys, values):
                 put(raw, value, timer_h)
-                raw_keys.append(raw)
-                key_dues.append(key_due_ms)
-            distinct = raw_keys if len(set(raw_keys)) == len(raw_keys) else list(
-                dict.fromkeys(raw_keys))
-            added = self._timer.get(distinct).count(None)  # exact count: only new keys add
+            added = self._count_new(raw_keys)
             if added:
-                batch.put(K.META_PENDING, rocks_meta.pack_u64(self._pending + added), self._meta_h)
-            self._write(batch)
+                put(K.META_PENDING, rocks_meta.pack_u64(self._pending + added), self._meta_h)
+            self._db.write(batch, self._write_opts)
             self._pending += added
-        return [Scheduled(encode_handle(topic, key_due_ms, msg_id), key_due_ms)
-                for (_, topic, msg_id, _), key_due_ms in zip(prepared, key_dues)]
+        return list(map(Scheduled, handles, key_dues))
+
+    def _count_new(self, raw_keys: list[bytes]) -> int:
+        """How many distinct keys of a schedule batch are not stored yet (the pending count is
+        exact: a producer's retry of the same key adds nothing)."""
+        if len(raw_keys) == 1:  # a single send: a point get is half a one-key multi-get
+            return int(self._timer.get(raw_keys[0]) is None)
+        distinct = raw_keys if len(set(raw_keys)) == len(raw_keys) else list(
+            dict.fromkeys(raw_keys))
+        return self._timer.get(distinct).count(None)
 
     def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> list[DueRecord]:
         claimed: list[DueRecord] = []

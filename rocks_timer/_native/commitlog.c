@@ -1,5 +1,4 @@
-/* Native hot path of the CommitLog writer (optional: rocks_timer/batch_encoder.py holds the
- * pure-Python reference, which gives the same results and is what the tests compare against).
+/* The CommitLog writer's hot path (reference: rocks_timer/batch_encoder.py, fileio.py).
  *
  * encode_batch(messages, first, start, limit, store_ms, assigned, lookup, schedule_tags)
  *     -> (count, data, meta, queues)
@@ -20,13 +19,11 @@
  * Message fields are read under the GIL; the copying and CRC32 run with the GIL released, so the
  * producers keep running while a group is encoded.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <stdint.h>
-#include <string.h>
 #include <unistd.h>
+
+#include "native.h"
 
 #define MESSAGE_MAGIC 0xDAA320A7u
 #define FIXED_SIZE 91 /* 84-byte header + body length 4 + topic length 1 + properties length 2 */
@@ -40,7 +37,7 @@ typedef unsigned long (*zlib_crc32_fn)(unsigned long, const unsigned char *, uns
 static zlib_crc32_fn zlib_crc32; /* the process's zlib (loaded by Python's zlib module) */
 static uint32_t crc_table[8][256]; /* slicing-by-8, when zlib cannot be found */
 
-static void crc_init(void) {
+void crc_init(void) {
     void *zlib = dlopen("libz.so.1", RTLD_NOW | RTLD_LOCAL);
     if (zlib != NULL) zlib_crc32 = (zlib_crc32_fn)dlsym(zlib, "crc32");
     for (uint32_t i = 0; i < 256; i++) {
@@ -76,23 +73,9 @@ static uint32_t crc32_bytes(const unsigned char *p, size_t n) {
     return (uint32_t)zlib_crc32(0, p, (unsigned int)n);
 }
 
-/* -- big-endian writers ------------------------------------------------------------------------ */
-static inline unsigned char *put32(unsigned char *p, uint32_t v) {
-    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
-    return p + 4;
-}
-
-static inline unsigned char *put64(unsigned char *p, uint64_t v) {
-    put32(p, (uint32_t)(v >> 32));
-    return put32(p + 4, (uint32_t)v);
-}
-
 static const unsigned char LOCALHOST[8] = {127, 0, 0, 1, 0, 0, 0x2A, 0x9F}; /* 127.0.0.1:10911 */
 
-/* -- reading a Message ------------------------------------------------------------------------- */
-static PyObject *S_body, *S_topic, *S_queue_id, *S_flag, *S_born_ms, *S_reconsume_times, *S_tags,
-    *S_cached_props, *S_props, *S_msg_id, *S_properties;
-
+/* -- one record per message ------------------------------------------------------------------- */
 typedef struct {
     PyObject *body, *topic, *props; /* strong references, held while the GIL is released */
     const char *topic_utf8;
@@ -100,51 +83,6 @@ typedef struct {
     int32_t queue_id, flag, reconsume;
     int64_t born_ms, tags, queue_offset, position;
 } record_t;
-
-/* A field of the message: from its __dict__ (a dataclass keeps its fields there), else getattr. */
-static PyObject *field(PyObject *msg, PyObject *dict, PyObject *name, PyObject *attr) {
-    PyObject *value = dict ? PyDict_GetItemWithError(dict, name) : NULL;
-    if (value != NULL) return Py_NewRef(value);
-    if (PyErr_Occurred()) return NULL;
-    return PyObject_GetAttr(msg, attr ? attr : name);
-}
-
-static int int_field(PyObject *msg, PyObject *dict, PyObject *name, int64_t dflt, int64_t lo,
-                     int64_t hi, int64_t *out) {
-    PyObject *value = field(msg, dict, name, NULL);
-    if (value == NULL) return -1;
-    if (value == Py_None) {
-        *out = dflt;
-    } else {
-        long long v = PyLong_AsLongLong(value);
-        if (v == -1 && PyErr_Occurred()) { Py_DECREF(value); return -1; }
-        if (v < lo || v > hi) {
-            PyErr_Format(PyExc_ValueError, "message %U %lld is out of range", name, v);
-            Py_DECREF(value);
-            return -1;
-        }
-        *out = v;
-    }
-    Py_DECREF(value);
-    return 0;
-}
-
-/* Java's String.hashCode over UTF-16 code units (the ConsumeQueue's tags code). */
-static int32_t java_hash(PyObject *text) {
-    int kind = PyUnicode_KIND(text);
-    const void *data = PyUnicode_DATA(text);
-    uint32_t h = 0;
-    for (Py_ssize_t i = 0, n = PyUnicode_GET_LENGTH(text); i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c >= 0x10000) {
-            c -= 0x10000;
-            h = 31 * h + (0xD800 + (c >> 10));
-            c = 0xDC00 + (c & 0x3FF);
-        }
-        h = 31 * h + c;
-    }
-    return (int32_t)h;
-}
 
 static void release(record_t *r) {
     Py_CLEAR(r->body);
@@ -324,7 +262,7 @@ static PyObject *build_queues(const record_t *recs, Py_ssize_t n, queues_t *qs,
     return out;
 }
 
-static PyObject *encode_batch(PyObject *self, PyObject *args) {
+PyObject *encode_batch(PyObject *self, PyObject *args) {
     PyObject *messages, *assigned, *lookup, *schedule_tags;
     Py_ssize_t first;
     long long start, limit, store_ms;
@@ -378,85 +316,7 @@ done:
     return result;
 }
 
-/* -- the producer's side ------------------------------------------------------------------------
- * encode_properties(mapping) -> bytes: RocketMQ's property string, name\x01value\x02 per entry.
- * prepare_batch(messages, max_body, max_properties) -> (body bytes, clean): caches each message's
- * property string (as Message.encoded_properties does) and sums the bodies; ``clean`` is false
- * when a message is over a limit or has no id, for the caller's slower path to handle. */
-typedef struct {
-    char *data; /* ``stack`` until it outgrows it */
-    Py_ssize_t len, cap;
-    char stack[512];
-} buffer_t;
-
-static int buffer_add(buffer_t *b, const char *p, Py_ssize_t n) {
-    if (b->len + n > b->cap) {
-        Py_ssize_t cap = (b->len + n) * 2;
-        char *data = PyMem_Malloc(cap);
-        if (data == NULL) { PyErr_NoMemory(); return -1; }
-        memcpy(data, b->data, b->len);
-        if (b->data != b->stack) PyMem_Free(b->data);
-        b->data = data;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    return 0;
-}
-
-static int add_text(buffer_t *b, PyObject *text) {
-    Py_ssize_t n;
-    if (!PyUnicode_Check(text)) {
-        PyErr_Format(PyExc_TypeError, "property names and values must be str, not %.50s",
-                     Py_TYPE(text)->tp_name);
-        return -1;
-    }
-    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
-    return utf8 == NULL ? -1 : buffer_add(b, utf8, n);
-}
-
-static PyObject *encode_props(PyObject *mapping) {
-    PyObject *items = PyMapping_Items(mapping);
-    if (items == NULL) return NULL;
-    buffer_t b;
-    b.data = b.stack;
-    b.len = 0;
-    b.cap = sizeof(b.stack);
-    PyObject *result = NULL;
-    for (Py_ssize_t i = 0, n = PyList_GET_SIZE(items); i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        if (add_text(&b, PyTuple_GET_ITEM(item, 0)) < 0 || buffer_add(&b, "\x01", 1) < 0 ||
-            add_text(&b, PyTuple_GET_ITEM(item, 1)) < 0 || buffer_add(&b, "\x02", 1) < 0)
-            goto done;
-    }
-    result = PyBytes_FromStringAndSize(b.data, b.len);
-done:
-    if (b.data != b.stack) PyMem_Free(b.data);
-    Py_DECREF(items);
-    return result;
-}
-
-static PyObject *encode_properties(PyObject *self, PyObject *mapping) {
-    return encode_props(mapping);
-}
-
-/* The message's cached property string (a borrowed reference), built and cached if missing. */
-static PyObject *cached_props(PyObject *dict) {
-    PyObject *props = PyDict_GetItemWithError(dict, S_cached_props);
-    if (props != NULL || PyErr_Occurred()) return props;
-    PyObject *mapping = PyDict_GetItemWithError(dict, S_properties);
-    if (mapping == NULL) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a message has no properties");
-        return NULL;
-    }
-    props = encode_props(mapping);
-    if (props == NULL) return NULL;
-    int rc = PyDict_SetItem(dict, S_cached_props, props);
-    Py_DECREF(props); /* the dict holds it */
-    return rc < 0 ? NULL : props;
-}
-
-static PyObject *prepare_batch(PyObject *self, PyObject *args) {
+PyObject *prepare_batch(PyObject *self, PyObject *args) {
     PyObject *messages;
     Py_ssize_t max_body, max_props, body_bytes = 0;
     int clean = 1;
@@ -485,7 +345,7 @@ static PyObject *prepare_batch(PyObject *self, PyObject *args) {
 
 /* pwrite_all(fd, data, offset, slice): write all of ``data`` at ``offset`` in writes of at most
  * ``slice`` bytes, with the GIL released once for the whole loop (see rocks_timer/fileio.py). */
-static PyObject *pwrite_all(PyObject *self, PyObject *args) {
+PyObject *pwrite_all(PyObject *self, PyObject *args) {
     int fd;
     Py_buffer view;
     long long offset;
@@ -520,7 +380,7 @@ static PyObject *pwrite_all(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-static PyObject *crc32(PyObject *self, PyObject *arg) {
+PyObject *crc32(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     uint32_t c = crc32_bytes(view.buf, (size_t)view.len);
@@ -528,39 +388,3 @@ static PyObject *crc32(PyObject *self, PyObject *arg) {
     return PyLong_FromUnsignedLong(c);
 }
 
-static PyObject *java_string_hash(PyObject *self, PyObject *arg) {
-    if (!PyUnicode_Check(arg)) {
-        PyErr_SetString(PyExc_TypeError, "java_string_hash: expected a str");
-        return NULL;
-    }
-    return PyLong_FromLong(java_hash(arg));
-}
-
-static PyMethodDef methods[] = {
-    {"encode_batch", encode_batch, METH_VARARGS,
-     "Encode messages as consecutive CommitLog records with their ConsumeQueue entries."},
-    {"encode_properties", encode_properties, METH_O,
-     "RocketMQ's property string (name\\x01value\\x02 per entry) of a mapping of str."},
-    {"prepare_batch", prepare_batch, METH_VARARGS,
-     "Cache the messages' property strings; (body bytes, whether all are within limits)."},
-    {"pwrite_all", pwrite_all, METH_VARARGS,
-     "Write a whole buffer at an offset in slices, with the GIL released once."},
-    {"crc32", crc32, METH_O, "CRC32 (IEEE, as zlib.crc32) of a bytes-like object."},
-    {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},
-    {NULL, NULL, 0, NULL},
-};
-
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "groupenc", NULL, -1, methods};
-
-PyMODINIT_FUNC PyInit_groupenc(void) {
-    crc_init();
-    PyObject **names[] = {&S_body, &S_topic, &S_queue_id, &S_flag, &S_born_ms,
-                          &S_reconsume_times, &S_tags, &S_cached_props, &S_props, &S_msg_id,
-                          &S_properties};
-    const char *texts[] = {"body", "topic", "queue_id", "flag", "born_ms", "reconsume_times",
-                           "tags", "_encoded_properties", "encoded_properties", "msg_id",
-                           "properties"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if ((*names[i] = PyUnicode_InternFromString(texts[i])) == NULL) return NULL;
-    return PyModule_Create(&module);
-}

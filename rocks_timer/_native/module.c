@@ -1,0 +1,39 @@
+/* The extension module rocks_timer._native.codec: the hot paths of the CommitLog writer
+ * (commitlog.c), of reading messages (fields.c) and of scheduling into RocksDB (timer.c). */
+#include "native.h"
+
+static PyObject *encode_properties(PyObject *self, PyObject *mapping) {
+    return encode_props(mapping);
+}
+
+static PyObject *java_string_hash(PyObject *self, PyObject *arg) {
+    if (!PyUnicode_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "java_string_hash: expected a str");
+        return NULL;
+    }
+    return PyLong_FromLong(java_hash(arg));
+}
+
+static PyMethodDef methods[] = {
+    {"encode_batch", encode_batch, METH_VARARGS,
+     "Encode messages as consecutive CommitLog records with their ConsumeQueue entries."},
+    {"encode_properties", encode_properties, METH_O,
+     "RocketMQ's property string (name\\x01value\\x02 per entry) of a mapping of str."},
+    {"prepare_batch", prepare_batch, METH_VARARGS,
+     "Cache the messages' property strings; (body bytes, whether all are within limits)."},
+    {"encode_schedule", encode_schedule, METH_VARARGS,
+     "Encode timer records as RocksDB keys and values, with their handles."},
+    {"pwrite_all", pwrite_all, METH_VARARGS,
+     "Write a whole buffer at an offset in slices, with the GIL released once."},
+    {"crc32", crc32, METH_O, "CRC32 (IEEE, as zlib.crc32) of a bytes-like object."},
+    {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "codec", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit_codec(void) {
+    crc_init();
+    if (fields_init() < 0) return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,47 @@
+/* Shared by the native hot paths (the .c files here, one extension module: codec).
+ * Each function has a pure-Python reference that the tests compare it against; see
+ * rocks_timer/batch_encoder.py, rocks_timer/fileio.py and rocks_timer/timer/schedule_codec.py. */
+#ifndef ROCKS_TIMER_NATIVE_H
+#define ROCKS_TIMER_NATIVE_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Interned attribute names of Message (fields.c). */
+extern PyObject *S_body, *S_topic, *S_queue_id, *S_flag, *S_born_ms, *S_reconsume_times, *S_tags,
+    *S_cached_props, *S_props, *S_msg_id, *S_properties, *S_due_ms, *S_message;
+int fields_init(void);
+
+/* A field of a message: from its __dict__ (``dict`` may be NULL), else getattr ``attr`` (or
+ * ``name``). New reference, NULL with an exception set. */
+PyObject *field(PyObject *msg, PyObject *dict, PyObject *name, PyObject *attr);
+/* An int field (None gives ``dflt``) checked against [lo, hi]; -1 with ValueError outside. */
+int int_field(PyObject *msg, PyObject *dict, PyObject *name, int64_t dflt, int64_t lo, int64_t hi,
+              int64_t *out);
+/* Java's String.hashCode over UTF-16 code units. */
+int32_t java_hash(PyObject *text);
+/* RocketMQ's property string of a mapping of str (name\x01value\x02 per entry). */
+PyObject *encode_props(PyObject *mapping);
+/* A message's cached property string (borrowed from its __dict__), built and cached if missing. */
+PyObject *cached_props(PyObject *dict);
+
+/* commitlog.c */
+void crc_init(void);
+PyObject *encode_batch(PyObject *self, PyObject *args);
+PyObject *prepare_batch(PyObject *self, PyObject *args);
+PyObject *pwrite_all(PyObject *self, PyObject *args);
+PyObject *crc32(PyObject *self, PyObject *arg);
+/* timer.c */
+PyObject *encode_schedule(PyObject *self, PyObject *args);
+
+static inline unsigned char *put32(unsigned char *p, uint32_t v) {
+    p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;
+    return p + 4;
+}
+
+static inline unsigned char *put64(unsigned char *p, uint64_t v) {
+    put32(p, (uint32_t)(v >> 32));
+    return put32(p + 4, (uint32_t)v);
+}
+#endif
