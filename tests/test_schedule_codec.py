@@ -40,7 +40,13 @@ def test_native_equals_reference(seed, n, floor, threshold):
     records = make_records(seed, n)
     done = native.encode_schedule(records, floor, threshold, _COMPRESS)
     assert done is not None
-    assert done == tuple(encode_schedule_py(records, floor, threshold))
+    ref = encode_schedule_py(records, floor, threshold)
+    assert (done[0], done[2], done[3]) == (ref.keys, ref.key_dues, ref.handles)
+    for key, value, expected in zip(ref.keys, done[1], ref.values):
+        # byte-identical when the system's liblz4 is the version python-lz4 bundles; either
+        # way the same message comes back
+        assert value == expected or decode_value(key, value) == decode_value(key, expected)
+        assert value[:2] == expected[:2]  # version byte, and whether the body is compressed
 
 
 def test_what_the_reference_writes_decodes_back():

@@ -34,6 +34,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "codec", NULL, -1, me
 
 PyMODINIT_FUNC PyInit_codec(void) {
     crc_init();
+    timer_init();
     if (fields_init() < 0) return NULL;
     return PyModule_Create(&module);
 }

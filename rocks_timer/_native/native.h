@@ -33,6 +33,7 @@ PyObject *prepare_batch(PyObject *self, PyObject *args);
 PyObject *pwrite_all(PyObject *self, PyObject *args);
 PyObject *crc32(PyObject *self, PyObject *arg);
 /* timer.c */
+void timer_init(void);
 PyObject *encode_schedule(PyObject *self, PyObject *args);
 
 static inline unsigned char *put32(unsigned char *p, uint32_t v) {

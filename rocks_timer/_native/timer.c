@@ -4,13 +4,52 @@
  *                                                            or None
  *
  * For each TimerRecord(due_ms, message): the key due time max(due_ms, floor_ms), the timer key
- * (rocks_timer/timer/keys.py), the value (rocks_timer/timer/values.py; the body replaced by
- * ``compress(body)`` when it is longer than ``threshold`` bytes and that is shorter) and the
+ * (rocks_timer/timer/keys.py), the value (rocks_timer/timer/values.py; the body lz4-compressed
+ * when it is longer than ``threshold`` bytes and that makes it shorter) and the
  * cancel handle (rocks_timer/timer/handles.py). Returns None, having stored nothing anywhere,
  * when a record is out of the ordinary (no or malformed id, a field out of range, a topic the
  * key or handle cannot hold): the Python reference then raises the error that names it.
  */
+#include <dlfcn.h>
+
 #include "native.h"
+
+/* The system's liblz4 (a dependency of systemd, so on every Debian machine), when it loads:
+ * LZ4_compress_default is what lz4.block.compress(body, store_size=False) runs, called here
+ * without a Python call and without building a result that is thrown away when the body does
+ * not shrink. Otherwise ``compress`` (that Python function) is called. */
+typedef int (*lz4_compress_fn)(const char *src, char *dst, int src_size, int dst_capacity);
+static lz4_compress_fn lz4_compress;
+
+void timer_init(void) {
+    void *lib = dlopen("liblz4.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib != NULL) lz4_compress = (lz4_compress_fn)dlsym(lib, "LZ4_compress_default");
+}
+
+/* ``body`` lz4-compressed if that makes it shorter, else ``body`` itself (new references);
+ * NULL with an exception set on failure. */
+static PyObject *maybe_compress(PyObject *body, PyObject *compress, int *compressed) {
+    Py_ssize_t n = PyBytes_GET_SIZE(body);
+    *compressed = 0;
+    if (lz4_compress == NULL || n > INT32_MAX) {
+        PyObject *packed = PyObject_CallOneArg(compress, body);
+        if (packed == NULL) return NULL;
+        if (PyBytes_Check(packed) && PyBytes_GET_SIZE(packed) < n) {
+            *compressed = 1;
+            return packed;
+        }
+        Py_DECREF(packed);
+        return Py_NewRef(body);
+    }
+    char stack[4096], *dst = n - 1 <= (Py_ssize_t)sizeof(stack) ? stack : PyMem_Malloc(n - 1);
+    if (dst == NULL) return PyErr_NoMemory();
+    /* a capacity of n - 1 makes LZ4 give up (0) as soon as the output would not be shorter */
+    int packed = n > 1 ? lz4_compress(PyBytes_AS_STRING(body), dst, (int)n, (int)(n - 1)) : 0;
+    PyObject *result = packed > 0 ? PyBytes_FromStringAndSize(dst, packed) : Py_NewRef(body);
+    if (dst != stack) PyMem_Free(dst);
+    *compressed = packed > 0 && result != NULL;
+    return result;
+}
 
 #define VALUE_CODEC_VERSION 1
 #define FLAG_LZ4 0x01
@@ -93,17 +132,13 @@ static int load_entry(PyObject *record, entry_t *e, uint64_t floor_ms, Py_ssize_
         ok = 0;
         goto done;
     }
-    e->stored = Py_NewRef(e->body);
     e->flags = 0;
     if (PyBytes_GET_SIZE(e->body) > threshold) {
-        PyObject *packed = PyObject_CallOneArg(compress, e->body);
-        if (packed == NULL) goto done;
-        if (PyBytes_Check(packed) && PyBytes_GET_SIZE(packed) < PyBytes_GET_SIZE(e->body)) {
-            Py_SETREF(e->stored, packed);
-            e->flags = FLAG_LZ4;
-        } else {
-            Py_DECREF(packed);
-        }
+        int compressed;
+        if ((e->stored = maybe_compress(e->body, compress, &compressed)) == NULL) goto done;
+        e->flags = compressed ? FLAG_LZ4 : 0;
+    } else {
+        e->stored = Py_NewRef(e->body);
     }
     ok = 1;
 done:
