@@ -5,8 +5,8 @@ folios) allocate 2 MiB folios, which come from high-order free blocks. On a VM w
 reporting (virtio-balloon, as on these machines) such blocks have often been handed back to the
 host, and every 4 KiB of them costs a host fault to touch again; smaller writes get smaller
 folios from recycled memory. ``python -m bench.page_cache`` (224 MiB to a new file, 3 s after
-the previous one was deleted): 0.43-0.76 s in writes of 1-16 MiB, 0.04-0.08 s in writes of
-256 KiB or less, 0.03-0.04 s rewriting pages already cached. So the CommitLog writes a group in ``SLICE``-sized pieces, in one native call that releases the
+the previous one was deleted): 0.35-0.76 s in writes of 2 or 16 MiB (1 MiB: slow in one run of
+two), 0.04-0.08 s in writes of 256 KiB or less, 0.03-0.05 s rewriting pages already cached. So the CommitLog writes a group in ``SLICE``-sized pieces, in one native call that releases the
 GIL once (each ``os.pwrite`` would release and re-take it).
 """
 from __future__ import annotations

@@ -22,11 +22,12 @@ def test_bench_commitlog_smoke(tmp_path, capsys):
 
 def test_bench_page_cache_smoke(tmp_path, capsys):
     assert bench_page_cache.main(["--mb", "16", "--pause", "0", "--rounds", "1",
-                                  "--results-dir", str(tmp_path)]) == 0
+                                  "--slot-updates", "100", "--results-dir", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "page_cache.json").read_text())
     assert set(report["sizes"]) == {f"{k}KiB" for k in bench_page_cache.SIZES_KIB}
     assert all(len(row["fresh_s"]) == 1 and row["rewrite_s"] > 0
                for row in report["sizes"].values())
+    assert set(report["bytes_per_slot_update"]) == {"default", "MADV_RANDOM"}
     assert "rewriting them" in capsys.readouterr().out
 
 
