@@ -170,9 +170,8 @@ class Broker:
             if min(s.key_due_ms for s in scheduled) < self._wake_at_ms:
                 self._wake.set()
         direct = [(i, r) for i, r in enumerate(routes) if r.kind != "timer"]
-        futures = [(i, r, self.messages.put_message_async(r.message)) for i, r in direct]
-        for i, r, future in futures:
-            put = self.messages.wait(future)
+        puts = self.messages.put_messages([r.message for _, r in direct]) if direct else []
+        for (i, r), put in zip(direct, puts):
             due = put.store_ms + (r.due_ms - now_ms) if r.kind == "level" else put.store_ms
             topic = r.message.properties.get("REAL_TOPIC", r.message.topic)
             queue_id = int(r.message.properties.get("REAL_QID", put.queue_id))

@@ -107,6 +107,9 @@ class MessageStore:
         self._recover()
         self._next_queue_offset = {(q.topic, q.queue_id): q.max_offset for q in self.queues.all()}
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._write_lock = threading.Lock()  # one group write at a time: the writer's or a caller's
+        self._queued = 0  # puts handed to the writer thread and not yet written
+        self._queued_lock = threading.Lock()
         self._closed = False
         self._writer = threading.Thread(target=self._writer_loop, name="commitlog-writer",
                                         daemon=True)
@@ -131,11 +134,20 @@ class MessageStore:
         return self._submit(list(messages), single=False)
 
     def put_message(self, msg: Message, timeout: float | None = 30.0) -> PutResult:
-        return self.wait(self.put_message_async(msg), timeout)
+        """Store one message and wait for it (see ``put_messages``)."""
+        return self.put_messages([msg], timeout)[0]
 
     def put_messages(self, messages: list[Message], timeout: float | None = 30.0
                      ) -> list[PutResult]:
-        return self.wait(self.put_messages_async(messages), timeout)
+        """Store messages as one group and wait for them. When nothing is queued for the writer
+        thread and no group is being written, the caller writes its group itself: the same
+        write, without the two thread wake-ups of a hand-off (~110 us on these VMs)."""
+        messages = list(messages)
+        body_bytes = self._prepare(messages)
+        results = self._write_if_idle(messages)
+        if results is None:
+            results = self.wait(self._queue(messages, False, body_bytes), timeout)
+        return results
 
     @staticmethod
     def wait(future: Future, timeout: float | None = 30.0):
@@ -147,6 +159,11 @@ class MessageStore:
             raise PutFailedError(f"commitlog put failed: {exc}") from exc
 
     def _submit(self, messages: list[Message], single: bool) -> Future:
+        return self._queue(messages, single, self._prepare(messages))
+
+    def _prepare(self, messages: list[Message]) -> int:
+        """Check limits, give id-less messages an id (in the list), cache property strings;
+        returns the bytes of the bodies. Raises before anything is stored."""
         if self._closed:
             raise StoreClosedError("the message store is closed")
         body_bytes, clean = prepare_batch(messages, self.config.max_message_size,
@@ -156,9 +173,30 @@ class MessageStore:
                 self._check(msg)  # raises, naming the value and the limit
                 if msg.msg_id is None:
                     messages[i] = msg.with_properties({"UNIQ_KEY": new_msg_id()})
+        return body_bytes
+
+    def _queue(self, messages: list[Message], single: bool, body_bytes: int) -> Future:
         future: Future = Future()
+        with self._queued_lock:
+            self._queued += 1
         self._inbox.put((messages, future, single, body_bytes))
         return future
+
+    def _write_if_idle(self, messages: list[Message]) -> PutResults | None:
+        """Write ``messages`` in the caller's thread if no put is queued (so none can be
+        overtaken) and no group is being written; None otherwise."""
+        if self._queued or not self._write_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._queued or self._closed:
+                return None
+            try:
+                return self._append(messages)
+            except Exception as exc:  # noqa: BLE001 - as the writer thread reports it
+                log.error("commitlog write of %d messages failed: %s", len(messages), exc)
+                raise PutFailedError(f"commitlog write failed: {exc}") from exc
+        finally:
+            self._write_lock.release()
 
     def _check(self, msg: Message) -> None:
         if len(msg.body) > self.config.max_message_size:
@@ -193,16 +231,23 @@ class MessageStore:
     def _write_group(self, group: list[tuple[list[Message], Future, bool, int]]) -> None:
         live = [item for item in group if item[1].set_running_or_notify_cancel()]
         try:
-            results = self._append([m for messages, *_ in live for m in messages])
+            with self._write_lock:
+                results = self._append([m for messages, *_ in live for m in messages])
         except Exception as exc:  # noqa: BLE001 - fail the group, keep the writer alive
             log.error("commitlog write of %d puts failed: %s", len(live), exc)
-            for _, future, _ in live:
+            self._written(len(group))
+            for _, future, *_ in live:
                 future.set_exception(PutFailedError(f"commitlog write failed: {exc}"))
             return
+        self._written(len(group))
         at = 0
         for messages, future, single, _ in live:
             future.set_result(results[at] if single else results[at:at + len(messages)])
             at += len(messages)
+
+    def _written(self, puts: int) -> None:
+        with self._queued_lock:
+            self._queued -= puts
 
     def _append(self, messages: list[Message]) -> PutResults:
         """Encode and write one group, one write per segment it touches; queue offsets advance
@@ -313,6 +358,7 @@ class MessageStore:
         self._closed = True
         self._inbox.put(None)
         self._writer.join()
-        self.flush()
-        self.commitlog.close()
-        self.queues.close()
+        with self._write_lock:  # a caller's write in progress finishes first
+            self.flush()
+            self.commitlog.close()
+            self.queues.close()

@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from rocks_timer import BrokerConfig, CorruptRecordError, ManualClock, Message, message_store
+from rocks_timer import (BrokerConfig, CorruptRecordError, ManualClock, Message, PutFailedError,
+                         message_store)
 from rocks_timer.batch_encoder import encode_batch_py, native, prepare_batch_py
 from rocks_timer.message_store import MessageStore
 
@@ -158,4 +159,50 @@ def test_sync_flush_mode_round_trips(tmp_path, clock):
     store = open_store(tmp_path, clock, config)
     put_n(store, 50)
     assert len(store.pull("t", 0, 0, 100)) == 50
+    store.close()
+
+
+def test_a_sync_put_on_an_idle_store_is_written_by_the_caller(tmp_path, clock, small_config):
+    store = open_store(tmp_path, clock, small_config)
+    writers = []
+    write = store.commitlog.write
+
+    def recording_write(*args):
+        writers.append(threading.current_thread().name)
+        return write(*args)
+
+    store.commitlog.write = recording_write
+    store.put_message(Message("t", b"sync"))
+    store.put_message_async(Message("t", b"async")).result()
+    assert writers == [threading.current_thread().name, "commitlog-writer"]
+    store.close()
+
+
+def test_a_sync_put_never_overtakes_a_queued_one(tmp_path, clock, small_config):
+    store = open_store(tmp_path, clock, small_config)
+    future = store.put_messages_async([Message("t", b"q" * 100) for _ in range(500)])
+    after = store.put_message(Message("t", b"after"))
+    assert after.queue_offset == 500 and after.commitlog_offset > future.result()[-1].commitlog_offset
+    store.close()
+
+
+@pytest.mark.parametrize("path", ["caller", "writer thread"])
+def test_a_failed_write_fails_its_puts_and_the_store_goes_on(tmp_path, clock, small_config, path):
+    store = open_store(tmp_path, clock, small_config)
+    write, calls = store.commitlog.write, []
+
+    def failing_once(*args):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(28, "No space left on device")
+        return write(*args)
+
+    store.commitlog.write = failing_once
+    with pytest.raises(PutFailedError, match="No space left"):
+        if path == "caller":
+            store.put_message(Message("t", b"lost"))
+        else:
+            store.wait(store.put_message_async(Message("t", b"lost")))
+    assert store.put_message(Message("t", b"kept")).queue_offset == 0  # nothing was assigned
+    assert [m.body for m in store.pull("t", 0, 0, 10)] == [b"kept"]
     store.close()
