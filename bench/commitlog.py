@@ -12,6 +12,8 @@ per-round ratios to the baseline (``vs_baseline``, the figure the target is abou
   (what a plain Python appender does; the limit we compare against);
 - ``baseline_buffered``: the same bytes through a buffered file object (bigger writes);
 - ``async_single``: ``put_message_async`` per message, all awaited at the end;
+- ``sync_single``: ``put_message`` per message, each awaited before the next (on an idle store
+  the caller writes it itself, see MessageStore.put_messages);
 - ``async_batch100``: ``put_messages_async`` with 100 messages per call;
 - ``async_batch100_client_serialized``: as ``async_batch100``, with each message's property
   string already built by the producer (a RocketMQ client sends it serialized), so the timed
@@ -71,8 +73,8 @@ def baseline(messages, buffered: bool) -> tuple[float, int]:
         return elapsed, sum(map(len, records))
 
 
-def store_run(messages, batch: int | None, flush: str, serialized: bool = False
-              ) -> tuple[float, int]:
+def store_run(messages, batch: int | None, flush: str, serialized: bool = False,
+              sync: bool = False) -> tuple[float, int]:
     config = BrokerConfig(flush_disk_type=flush).validate()
     messages = [m.copy() for m in messages]  # fresh objects: no cached property strings
     if serialized:
@@ -82,7 +84,11 @@ def store_run(messages, batch: int | None, flush: str, serialized: bool = False
         store = MessageStore.open(d, config, ManualClock(1_700_000_000_000))
         with settled_gc():
             start = time.perf_counter()
-            if batch is None:
+            futures = []
+            if sync:
+                for m in messages:
+                    store.put_message(m)
+            elif batch is None:
                 futures = [store.put_message_async(m) for m in messages]
             else:
                 futures = [store.put_messages_async(messages[i:i + batch])
@@ -100,6 +106,7 @@ VARIANTS = {
     "baseline": lambda msgs: baseline(msgs, buffered=False),
     "baseline_buffered": lambda msgs: baseline(msgs, buffered=True),
     "async_single": lambda msgs: store_run(msgs, None, "async"),
+    "sync_single": lambda msgs: store_run(msgs, None, "async", sync=True),
     "async_batch100": lambda msgs: store_run(msgs, 100, "async"),
     "async_batch100_client_serialized": lambda msgs: store_run(msgs, 100, "async", True),
     "sync_flush_batch100": lambda msgs: store_run(msgs, 100, "sync"),
