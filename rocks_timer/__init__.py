@@ -5,7 +5,8 @@ from rocks_timer.clock import Clock, ManualClock, SystemClock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import (ConfigError, CorruptRecordError, DelayOutOfRangeError,
                                 EngineNotAvailableError, InvalidHandleError, InvalidMessageError,
-                                PutFailedError, RocksTimerError, StoreClosedError, StoreLockedError)
+                                PutFailedError, RocksTimerError, StoreClosedError, StoreLockedError,
+                                TimerFlowControlError)
 from rocks_timer.message import Message
 from rocks_timer.timer.store import PendingEntry, ScanPage, TimerStore
 
@@ -14,7 +15,7 @@ __all__ = [
     "DelayOutOfRangeError", "EngineNotAvailableError", "InvalidHandleError",
     "InvalidMessageError", "ManualClock", "Message", "PendingEntry", "PutFailedError",
     "RocksTimerError", "ScanPage", "SendResult", "StoreClosedError", "StoreLockedError",
-    "SystemClock", "TimerStore",
+    "SystemClock", "TimerFlowControlError", "TimerStore",
 ]
 __version__ = "0.1.0"
 

@@ -37,6 +37,7 @@ class BrokerConfig:
     timer_max_in_flight: int = 2_000
     timer_put_retry_max_backoff_ms: int = 60_000
     timer_compress_threshold: int = 512
+    timer_congest_num_each_slot: int = 2**31 - 1  # wheel flow control; RocketMQ's default: off
     rocksdb_profile: str = "blob"  # measured best for write amplification: docs/COMPACTION.md
     rocksdb_sync: bool = False
     # legacy delay levels
@@ -97,6 +98,8 @@ class BrokerConfig:
         need(100 <= self.timer_put_retry_max_backoff_ms <= 3_600_000,
              "timer_put_retry_max_backoff_ms", "100..3600000 ms")
         need(self.timer_compress_threshold >= 0, "timer_compress_threshold", ">= 0 bytes")
+        need(1 <= self.timer_congest_num_each_slot <= 2**31 - 1, "timer_congest_num_each_slot",
+             "1..2147483647 (the maximum turns flow control off)")
         need(bool(re.fullmatch(r"[a-z0-9_]+", self.rocksdb_profile)), "rocksdb_profile",
              "a profile name such as default, universal, blob")
         self.delay_levels  # raises ConfigError naming the bad element

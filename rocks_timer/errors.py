@@ -38,6 +38,11 @@ class StoreLockedError(RocksTimerError):
     """The data directory is held by another process (for instance ``rtimer run``)."""
 
 
+class TimerFlowControlError(RocksTimerError):
+    """The wheel refused a send because its slot is congested (RocketMQ's
+    WHEEL_TIMER_FLOW_CONTROL, ``timer_congest_num_each_slot``); nothing was stored."""
+
+
 class PutFailedError(RocksTimerError):
     """A CommitLog put that did not land; callers retry it."""
 

@@ -23,8 +23,8 @@ PyObject *field(PyObject *msg, PyObject *dict, PyObject *name, PyObject *attr) {
     return PyObject_GetAttr(msg, attr ? attr : name);
 }
 
-int int_field(PyObject *msg, PyObject *dict, PyObject *name, int64_t dflt, int64_t lo,
-                     int64_t hi, int64_t *out) {
+int int_field(PyObject *msg, PyObject *dict, PyObject *name, int64_t dflt, int64_t lo, int64_t hi,
+              int64_t *out) {
     PyObject *value = field(msg, dict, name, NULL);
     if (value == NULL) return -1;
     if (value == Py_None) {

@@ -14,6 +14,7 @@ the target exists (an unknown id also answers True).
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Iterable, Sequence
 
 from rocks_timer.clock import Clock, SystemClock
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import StoreClosedError
+from rocks_timer.errors import StoreClosedError, TimerFlowControlError
 from rocks_timer.message import (REAL_QID, REAL_TOPIC, TIMER_DEL_UNIQKEY, TIMER_DELIVER_MS,
                                  TIMER_OUT_MS, UNIQ_KEY, WHEEL_TIMER_TOPIC, Message, new_msg_id)
 from rocks_timer.timer.handles import decode_handle, encode_handle
@@ -45,6 +46,15 @@ DEFAULT_TIMERLOG_SEGMENT = 64 << 20
 ENQUEUE_BUDGET = 4096
 CLEANUP_INTERVAL_MS = 30_000
 RECALL_TAG = "_RECALL_TAG_"
+FLOW_CONTROL_OFF = 2**31 - 1  # RocketMQ's default timerCongestNumEachSlot (Integer.MAX_VALUE)
+
+
+def refuses(c: int, n: int, draw: int) -> bool:
+    """RocketMQ's isReject for a slot holding ``c`` messages, N = ``n``, ``draw`` uniform in
+    [0, 1000)."""
+    if c <= n:
+        return False
+    return c >= 2 * n or draw > 1000 * (c - n) / (n + 0.1)
 
 
 class WheelTimerStore:
@@ -55,7 +65,8 @@ class WheelTimerStore:
 
     def __init__(self, root: Path, message_store, config: BrokerConfig, *,
                  clock: Clock | None = None,
-                 timerlog_segment_size: int = DEFAULT_TIMERLOG_SEGMENT):
+                 timerlog_segment_size: int = DEFAULT_TIMERLOG_SEGMENT,
+                 rng: random.Random | None = None):
         self.root = Path(root)
         self.message_store = message_store
         self.config = config
@@ -70,6 +81,7 @@ class WheelTimerStore:
                       "timerlog_segment_size": timerlog_segment_size})
         self._lock = threading.RLock()
         self._closed = False
+        self._flow_rng = rng or random.Random()
         self.wheel = TimerWheel(self.root / "timerwheel", self.slots_total, p)
         self.timerlog = TimerLog(self.root / "timerlog", timerlog_segment_size)
         self._checkpoint = TimerCheckpointFile(self.root / "config" / "timercheck")
@@ -105,11 +117,12 @@ class WheelTimerStore:
     def schedule(self, records: Sequence[TimerRecord], now_ms: int) -> list[Scheduled]:
         """Write each record into the timer topic (all puts first, then wait for them)."""
         self._check_open()
+        outs = [self.timer_out_ms(record.due_ms) for record in records]
+        self._check_flow_control(outs)  # before anything is stored
         futures, results = [], []
-        for record in records:
+        for record, out_ms in zip(records, outs):
             msg = record.message
             msg_id = msg.msg_id or new_msg_id()
-            out_ms = self.timer_out_ms(record.due_ms)
             props = {UNIQ_KEY: msg_id, REAL_TOPIC: msg.topic,
                      REAL_QID: str(msg.queue_id or 0), TIMER_OUT_MS: str(out_ms)}
             timer_msg = replace(msg.with_properties(props), topic=WHEEL_TIMER_TOPIC, queue_id=0,
@@ -121,6 +134,23 @@ class WheelTimerStore:
         with self._lock:
             self._put_bytes += written
         return results
+
+    def _check_flow_control(self, outs: list[int]) -> None:
+        """``refuses`` per message, N = timer_congest_num_each_slot, c = the messages its slot
+        holds (the wheel's count, plus the batch's earlier messages for that slot). RocketMQ's
+        curve is kept as it is: it refuses ~99% just above N and ~1% just below 2N."""
+        n = self.config.timer_congest_num_each_slot
+        if n >= FLOW_CONTROL_OFF:
+            return
+        counts: dict[int, int] = {}
+        with self._lock:
+            for out_ms in outs:
+                c = counts[out_ms] if out_ms in counts else self.wheel.get_slot(out_ms).num
+                if refuses(c, n, self._flow_rng.randrange(1000)):
+                    raise TimerFlowControlError(
+                        f"timer message is under flow control: slot {out_ms} holds {c} messages; "
+                        f"timer_congest_num_each_slot is {n}, refused at {2 * n} or more")
+                counts[out_ms] = c + 1
 
     def cancel(self, handle: str, now_ms: int) -> bool:
         """Write a delete marker into the target's slot (best-effort, see the module doc)."""
