@@ -189,8 +189,7 @@ class RocksTimerStore:
         exact: a producer's retry of the same key adds nothing)."""
         if len(raw_keys) == 1:  # a single send: a point get is half a one-key multi-get
             return int(self._timer.get(raw_keys[0]) is None)
-        distinct = raw_keys if len(set(raw_keys)) == len(raw_keys) else list(
-            dict.fromkeys(raw_keys))
+        distinct = list(dict.fromkeys(raw_keys))  # a batch may repeat a key
         return self._timer.get(distinct).count(None)
 
     def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> list[DueRecord]:
