@@ -1,90 +1,15 @@
 """The file wheel engine against a real MessageStore under a manual clock (RocketMQ §2.6-2.11)."""
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
+from wheel_support import DAY_MS, START_MS, env, make_env  # noqa: F401 - fixtures
 
-from rocks_timer.clock import ManualClock
-from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import ConfigError, InvalidHandleError
+from rocks_timer.errors import InvalidHandleError
 from rocks_timer.message import (REAL_QID, REAL_TOPIC, TIMER_DEQUEUE_MS, TIMER_ENQUEUE_MS,
                                  TIMER_OUT_MS, TIMER_ROLL_TIMES, WHEEL_TIMER_TOPIC, Message)
-from rocks_timer.message_store import MessageStore
 from rocks_timer.timer.handles import decode_handle, encode_handle
 from rocks_timer.timer.store import TimerRecord, TimerStore
-from rocks_timer.timer.wheel import WheelTimerStore
 from rocks_timer.timer.wheel.layouts import MAGIC_DELETE, MAGIC_ROLL, UNIT_SIZE
-
-START_MS = 1_700_000_000_000  # a multiple of 1000
-DAY_MS = 86_400_000
-
-
-class Env:
-    """A message store + wheel under a manual clock, with the deliverer's loop inline."""
-
-    def __init__(self, root: Path, config: BrokerConfig, start_ms: int = START_MS, **wheel_kw):
-        self.root = root
-        self.config = config
-        self.clock = ManualClock(start_ms)
-        self.wheel_kw = wheel_kw
-        self.delivered: list[tuple[int, Message]] = []
-        self.open()
-
-    def open(self) -> None:
-        self.store = MessageStore.open(self.root / "store", self.config, self.clock)
-        self.wheel = WheelTimerStore.open(self.root / "wheel", self.store, self.config,
-                                          clock=self.clock, **self.wheel_kw)
-
-    def close(self) -> None:
-        self.wheel.close()
-        self.store.close()
-
-    def reopen(self) -> None:
-        self.close()
-        self.open()
-
-    @property
-    def now(self) -> int:
-        return self.clock.now_ms()
-
-    def send(self, topic: str, due_ms: int, body: bytes = b"x", **props) -> tuple[str, str]:
-        msg = Message(topic=topic, body=body, properties=props)
-        scheduled = self.wheel.schedule([TimerRecord(due_ms, msg)], self.now)[0]
-        return decode_handle(scheduled.handle).msg_id, scheduled.handle
-
-    def step(self, max_messages: int = 10_000) -> list:
-        now = self.now
-        self.wheel.maintain(now)
-        records = self.wheel.claim_due(now, max_messages, 64 << 20)
-        for record in records:
-            self.store.put_message(record.message)
-            if record.message.topic != WHEEL_TIMER_TOPIC:
-                self.delivered.append((now, record.message))
-        self.wheel.complete(records, None)
-        return records
-
-    def run(self, until_ms: int, step_ms: int, retention: bool = False) -> None:
-        while self.now < until_ms:
-            self.clock.set(min(until_ms, self.now + step_ms))
-            self.step()
-            if retention:
-                self.store.delete_expired(self.now)
-
-    def delivered_ids(self, topic: str | None = None) -> list[str]:
-        return [m.msg_id for _, m in self.delivered if topic is None or m.topic == topic]
-
-
-@pytest.fixture
-def env(tmp_path):
-    e = Env(tmp_path, BrokerConfig(timer_engine="wheel"))
-    yield e
-    e.close()
-
-
-def make_env(tmp_path, **config) -> Env:
-    return Env(tmp_path, BrokerConfig(timer_engine="wheel", **config))
 
 
 def test_implements_protocol(env):
@@ -343,96 +268,6 @@ def test_stats_byte_accounting(env):
     assert b["checkpoint"] % 56 == 0 and b["checkpoint"] > 0
     assert b["rolls"] == 0
     assert stats.pending == 0 and stats.extra["queue_offset"] == 20
-
-
-# -- restart and recovery ----------------------------------------------------------------------------
-def test_reopen_keeps_pending_and_offsets(env):  # behaviour 88
-    ids = [env.send("T", env.now + 5000)[0] for _ in range(250)]
-    env.run(env.now + 2000, 100)
-    before = env.wheel.stats().extra
-    env.reopen()
-    after = env.wheel.stats().extra
-    assert after["queue_offset"] == before["queue_offset"] == 250
-    assert after["read_time_ms"] == before["read_time_ms"]
-    env.run(env.now + 5000, 100)
-    assert sorted(env.delivered_ids()) == sorted(ids)
-
-
-def test_slots_due_during_downtime_are_delivered_late(env):  # behaviour 91
-    ids = [env.send("T", env.now + 5000 + i * 100)[0] for i in range(20)]
-    env.step()
-    env.close()
-    env.clock.set(START_MS + 60_000)
-    env.open()
-    env.step()
-    assert sorted(env.delivered_ids()) == sorted(ids)
-
-
-def test_lookback_is_bounded_by_the_wheel(tmp_path):  # behaviour 91
-    e = make_env(tmp_path, timer_precision_ms=1000)
-    e.close()
-    e.clock.set(START_MS + 10 * DAY_MS)
-    e.open()
-    assert e.wheel.stats().extra["read_time_ms"] == START_MS + 10 * DAY_MS - 604_740 * 1000
-    e.close()
-
-
-def test_recovery_truncates_a_torn_tail_and_keeps_the_rest(env):  # behaviour 90
-    ids = [env.send("T", env.now + 5000)[0] for _ in range(30)]
-    env.wheel.maintain(env.now)
-    env.close()
-    segment = env.root / "wheel" / "timerlog" / f"{0:020d}"
-    with open(segment, "ab") as f:
-        f.write(b"\x00\x00\x00\x34" + b"\xff" * 20)  # half a unit
-    env.open()
-    rec = env.wheel.recovery
-    assert rec["truncated_bytes"] == 24 and rec["scanned_units"] == 30
-    assert segment.stat().st_size == 30 * UNIT_SIZE
-    env.run(env.now + 6000, 100)
-    assert sorted(env.delivered_ids()) == sorted(ids)
-
-
-def test_recovery_revises_slots_from_the_log(env):  # behaviour 89
-    ids = [env.send("T", env.now + 5000)[0] for _ in range(10)]
-    env.wheel.maintain(env.now)
-    env.wheel.wheel.put_slot(env.now + 4900, -1, 2**63 - 1)  # damage the slot
-    env.reopen()
-    env.run(env.now + 6000, 100)
-    assert sorted(env.delivered_ids()) == sorted(ids)
-
-
-def test_torn_units_past_the_wheel_are_cleared(env):
-    """A slot whose units were all torn off must not keep pointing past the log."""
-    keep = [env.send("T", env.now + 3000)[0] for _ in range(3)]
-    env.wheel.maintain(env.now)
-    lost = env.send("T", env.now + 8000)[0]
-    env.wheel.maintain(env.now)
-    env.close()
-    segment = env.root / "wheel" / "timerlog" / f"{0:020d}"
-    with open(segment, "r+b") as f:
-        f.truncate(3 * UNIT_SIZE + 10)  # the fourth unit is torn
-    env.open()
-    assert env.wheel.recovery["cleared_slots"] == 1
-    env.run(env.now + 9000, 100)
-    # the torn unit's message is re-enqueued from the checkpoint's queue offset
-    assert sorted(env.delivered_ids()) == sorted(keep + [lost])
-
-
-def test_reopen_with_other_precision_is_refused(tmp_path):
-    e = make_env(tmp_path, timer_precision_ms=1000)
-    e.close()
-    with pytest.raises(ConfigError):
-        WheelTimerStore.open(tmp_path / "wheel", MessageStore.open(
-            tmp_path / "store2", BrokerConfig(timer_precision_ms=100), e.clock),
-            BrokerConfig(timer_precision_ms=100), clock=e.clock)
-
-
-def test_wheel_file_is_sparse_at_p100(env):
-    path = env.root / "wheel" / "timerwheel"
-    assert path.stat().st_size == 2 * 6_048_000 * 32
-    env.send("T", env.now + 1000)
-    env.run(env.now + 3000, 1000)
-    assert os.stat(path).st_blocks * 512 < 1 << 20
 
 
 def test_scan_slot_cap_pages_resume(env):
