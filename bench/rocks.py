@@ -28,8 +28,8 @@ from bench.common import median, peak_rss_mb, percentile, scratch_dir, settled_g
 from rocks_timer import Broker, BrokerConfig, ManualClock, Message, SystemClock
 from rocks_timer.message_store import MessageStore
 from rocks_timer.timer.keys import encode_key
-from rocks_timer.timer.profiles import build_options
-from rocks_timer.timer.rocks import RocksTimerStore
+from rocks_timer.timer.rocksdb.profiles import build_options
+from rocks_timer.timer.rocksdb import RocksTimerStore
 from rocks_timer.timer.store import TimerKey, TimerRecord
 from rocks_timer.timer.values import encode_value
 

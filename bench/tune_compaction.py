@@ -102,7 +102,7 @@ def rank(frame):
 
 def build_parser() -> argparse.ArgumentParser:
     from spark.wa_compare import add_common_arguments
-    from rocks_timer.timer.profiles import PROFILES
+    from rocks_timer.timer.rocksdb.profiles import PROFILES
     parser = argparse.ArgumentParser(prog="python -m bench.tune_compaction", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser, workloads="short,day,burst,cancel", messages=20_000,

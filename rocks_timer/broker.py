@@ -48,7 +48,7 @@ def _open_timer_store(root: Path, config: BrokerConfig, messages: MessageStore) 
         from rocks_timer.timer.memory import MemoryTimerStore
         return MemoryTimerStore()
     if config.timer_engine == "rocksdb":
-        from rocks_timer.timer.rocks import RocksTimerStore
+        from rocks_timer.timer.rocksdb import RocksTimerStore
         return RocksTimerStore.open(root / "timer-rocksdb", config)
     try:
         from rocks_timer.timer.wheel import WheelTimerStore

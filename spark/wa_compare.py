@@ -79,7 +79,7 @@ def check_args(args: argparse.Namespace) -> None:
     bad = [e for e in getattr(args, "engines", ["rocksdb"]) if e not in ENGINES + ("memory",)]
     if bad:
         raise ValueError(f"unknown engine(s) {', '.join(bad)}; valid: {', '.join(ENGINES)}")
-    from rocks_timer.timer.profiles import PROFILES
+    from rocks_timer.timer.rocksdb.profiles import PROFILES
     bad = [p for p in args.profiles if p not in PROFILES]
     if bad:
         raise ValueError(f"unknown profile(s) {', '.join(bad)}; valid: {', '.join(PROFILES)}")

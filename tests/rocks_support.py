@@ -9,7 +9,7 @@ from rocksdict import Options, Rdict, WriteBatch
 from rocks_timer.clock import ManualClock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.message import Message
-from rocks_timer.timer.rocks import RocksTimerStore
+from rocks_timer.timer.rocksdb import RocksTimerStore
 from rocks_timer.timer.store import TimerRecord
 
 ROOT = Path(__file__).resolve().parent.parent

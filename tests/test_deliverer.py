@@ -6,7 +6,7 @@ import pytest
 from rocks_timer import BrokerConfig, Message, PutFailedError
 from rocks_timer.message_store import MessageStore
 from rocks_timer.timer.deliverer import Deliverer
-from rocks_timer.timer.rocks import RocksTimerStore
+from rocks_timer.timer.rocksdb import RocksTimerStore
 from rocks_timer.timer.store import TimerRecord
 
 

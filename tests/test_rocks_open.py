@@ -11,8 +11,8 @@ from rocks_support import BIG, ROOT, ids, open_store, rec  # noqa: F401 - fixtur
 from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import ConfigError, StoreClosedError, StoreLockedError
 from rocks_timer.timer import keys as K
-from rocks_timer.timer.profiles import PROFILES, build_options, parse_tickers
-from rocks_timer.timer.rocks import RocksTimerStore
+from rocks_timer.timer.rocksdb.profiles import PROFILES, build_options, parse_tickers
+from rocks_timer.timer.rocksdb import RocksTimerStore
 
 
 def test_format_mismatch_is_a_config_error(tmp_path, open_store):
@@ -83,7 +83,7 @@ def test_open_from_another_process_is_locked(tmp_path, open_store):
     code = ("import sys; from pathlib import Path\n"
             "from rocks_timer.config import BrokerConfig\n"
             "from rocks_timer.errors import StoreLockedError\n"
-            "from rocks_timer.timer.rocks import RocksTimerStore\n"
+            "from rocks_timer.timer.rocksdb import RocksTimerStore\n"
             "try:\n    RocksTimerStore.open(Path(sys.argv[1]), BrokerConfig())\n"
             "except StoreLockedError as exc:\n    print('LOCKED', exc)\n")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "timer")], cwd=ROOT,
@@ -96,7 +96,7 @@ import sys, time
 from pathlib import Path
 from rocks_timer.config import BrokerConfig
 from rocks_timer.message import Message
-from rocks_timer.timer.rocks import RocksTimerStore
+from rocks_timer.timer.rocksdb import RocksTimerStore
 from rocks_timer.timer.store import TimerRecord
 store = RocksTimerStore.open(Path(sys.argv[1]), BrokerConfig())
 got = store.schedule([TimerRecord(100 + i, Message(topic="orders", body=b"b" * i,

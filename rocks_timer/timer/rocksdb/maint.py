@@ -1,7 +1,7 @@
 """Maintenance and figures of ``RocksTimerStore``: tombstone reclaim, manual compaction,
 statistics, the invariant check, and a wait for background work (benchmarks).
 
-Kept apart from :mod:`rocks_timer.timer.rocks` so the store module holds only the
+Kept apart from :mod:`rocks_timer.timer.rocksdb.store` so the store module holds only the
 ``TimerStore`` operations; these functions take the store and use its lock the same way.
 """
 from __future__ import annotations
@@ -15,12 +15,12 @@ from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
 
 from rocks_timer.errors import CorruptRecordError, StoreClosedError
 from rocks_timer.timer import keys as K
-from rocks_timer.timer.profiles import parse_tickers
+from rocks_timer.timer.rocksdb.profiles import parse_tickers
 from rocks_timer.timer.store import StoreStats
 from rocks_timer.timer.values import decode_value
 
 if TYPE_CHECKING:
-    from rocks_timer.timer.rocks import RocksTimerStore
+    from rocks_timer.timer.rocksdb.store import RocksTimerStore
 
 log = logging.getLogger(__name__)
 

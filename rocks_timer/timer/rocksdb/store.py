@@ -34,10 +34,10 @@ from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import (ConfigError, CorruptRecordError, InvalidHandleError,
                                 InvalidMessageError, StoreClosedError, StoreLockedError)
 from rocks_timer.timer import keys as K
-from rocks_timer.timer import rocks_maint, rocks_meta
+from rocks_timer.timer.rocksdb import maint as rocks_maint, meta as rocks_meta
 from rocks_timer.timer.handles import decode_handle, encode_handle
-from rocks_timer.timer.profiles import build_options, compaction_style
-from rocks_timer.timer.rocks_scan import collect_pending, resume_handle, scan_start
+from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
+from rocks_timer.timer.rocksdb.scan import collect_pending, resume_handle, scan_start
 from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats,
                                      TimerKey, TimerRecord)
 from rocks_timer.timer.schedule_codec import encode_schedule
