@@ -18,6 +18,7 @@ from rocks_timer.errors import ConfigError
 
 TIMER_ENGINES = ("rocksdb", "wheel", "memory")
 FLUSH_MODES = ("async", "sync")
+ROCKSDB_LAYOUTS = ("inline", "vlog")
 MiB = 1 << 20
 DAY_MS = 86_400_000
 
@@ -40,6 +41,13 @@ class BrokerConfig:
     timer_congest_num_each_slot: int = 2**31 - 1  # wheel flow control; RocketMQ's default: off
     rocksdb_profile: str = "blob"  # measured best for write amplification: docs/COMPACTION.md
     rocksdb_sync: bool = False
+    # vlog layout (DESIGN §6b): bodies in value segments, RocksDB keeps pointers
+    rocksdb_layout: str = "vlog"  # for new stores; a store keeps the layout it was made with
+    vlog_segment_bytes: int = 64 * MiB
+    vlog_inline_max_bytes: int = 128  # encoded values up to this stay in the index
+    vlog_reclaim_live_pct: int = 25  # theta: relocate a sealed segment below this live %
+    vlog_reclaim_age_sec: int = 0  # A: relocate a sealed segment older than this (0: off)
+    vlog_prefetch_ms: int = 2_000  # hint the kernel to read bodies due this soon
     # legacy delay levels
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     enable_schedule_async_deliver: bool = False
@@ -102,6 +110,14 @@ class BrokerConfig:
              "1..2147483647 (the maximum turns flow control off)")
         need(bool(re.fullmatch(r"[a-z0-9_]+", self.rocksdb_profile)), "rocksdb_profile",
              "a profile name such as default, universal, blob")
+        need(self.rocksdb_layout in ROCKSDB_LAYOUTS, "rocksdb_layout", ", ".join(ROCKSDB_LAYOUTS))
+        need(64 * 1024 <= self.vlog_segment_bytes <= 1 << 32, "vlog_segment_bytes",
+             "65536..4294967296 bytes")
+        need(0 <= self.vlog_inline_max_bytes <= 65_536, "vlog_inline_max_bytes", "0..65536 bytes")
+        need(0 <= self.vlog_reclaim_live_pct <= 100, "vlog_reclaim_live_pct",
+             "0..100 (0: never relocate by live fraction)")
+        need(self.vlog_reclaim_age_sec >= 0, "vlog_reclaim_age_sec", ">= 0 s (0: off)")
+        need(0 <= self.vlog_prefetch_ms <= 3_600_000, "vlog_prefetch_ms", "0..3600000 ms")
         self.delay_levels  # raises ConfigError naming the bad element
         need(self.schedule_async_deliver_max_pending_limit >= 1,
              "schedule_async_deliver_max_pending_limit", ">= 1")

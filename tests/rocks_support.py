@@ -1,6 +1,7 @@
 """Helpers and fixtures shared by the RocksTimerStore tests."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,24 @@ def clock():
     return ManualClock(T0)
 
 
+LAYOUTS = ("inline", "vlog")
+
+
+@pytest.fixture(params=LAYOUTS)
+def layout(request):
+    """Every RocksTimerStore test runs on both layouts of DESIGN §6b."""
+    return request.param
+
+
 @pytest.fixture
-def open_store(tmp_path):
+def open_store(tmp_path, layout):
     opened = []
 
     def _open(config: BrokerConfig | None = None, path: Path | None = None, **kw):
-        store = RocksTimerStore.open(path or tmp_path / "timer", config or BrokerConfig(), **kw)
+        config = config or BrokerConfig()
+        if config.rocksdb_layout == BrokerConfig().rocksdb_layout:
+            config = dataclasses.replace(config, rocksdb_layout=layout)
+        store = RocksTimerStore.open(path or tmp_path / "timer", config, **kw)
         opened.append(store)
         return store
 

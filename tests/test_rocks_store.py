@@ -6,7 +6,7 @@ import random
 import threading
 
 import pytest
-from rocks_support import (BIG, T0, clock, ids, msg, open_store,  # noqa: F401 - fixtures
+from rocks_support import (BIG, T0, clock, ids, layout, msg, open_store,  # noqa: F401 - fixtures
                           raw_timer_put, rec)
 
 from rocks_timer.errors import InvalidHandleError, InvalidMessageError
@@ -281,8 +281,13 @@ def test_stats_compact_and_wait(open_store):
     store.complete(store.claim_due(10_000, 1500, BIG), 1)
     stats = store.stats()
     assert stats.engine == "rocksdb" and stats.pending == 500
-    assert set(stats.bytes_written) == {"wal", "flush", "compaction", "user"}
-    assert stats.bytes_written["wal"] >= 2000 * 500
+    assert set(stats.bytes_written) == {"wal", "flush", "compaction", "user", "vlog",
+                                           "vlog_relocation"}
+    body_bytes = stats.bytes_written["wal"] + stats.bytes_written["vlog"]
+    assert body_bytes >= 2000 * 500
+    assert stats.extra["layout"] == store.layout
+    if store.layout == "vlog":  # bodies go to value segments, the WAL carries pointers
+        assert stats.bytes_written["vlog"] >= 2000 * 500 > stats.bytes_written["wal"]
     for name in ("profile", "live_sst_bytes", "live_keys_estimate", "corrupt", "in_flight",
                  "cursor_due_ms", "compact_read_bytes", "num_running_compactions"):
         assert name in stats.extra

@@ -46,6 +46,26 @@ META_CURSOR = b"cursor"  # raw timer key: the smallest key not yet completed
 META_RECONCILE_OFFSET = b"reconcile.offset"  # u64: CommitLog offset reconciled up to
 META_PENDING = b"count.pending"  # u64: exact number of keys in ``timer``
 META_CORRUPT = b"count.corrupt"  # u64: values moved to the quarantine column family
+META_LAYOUT = b"format.layout"  # "inline" or "vlog"; absent on stores made before vlog: inline
+# vlog layout (rocks_timer.timer.rocksdb.vlog): one liveness row per value segment, and counters
+META_VLOG_SEGMENT_PREFIX = b"vlog.seg."  # + u32 big-endian segment id
+META_VLOG_NEXT_ID = b"vlog.next_id"  # u64
+META_VLOG_COUNTERS = (b"vlog.appended_bytes", b"vlog.relocated_bytes", b"vlog.relocated_count",
+                      b"vlog.released_bytes", b"vlog.released_segments", b"vlog.lost")
+_SEGMENT_ID = struct.Struct(">I")
+
+
+def segment_meta_key(segment_id: int) -> bytes:
+    """The ``meta`` key of a value segment's liveness row."""
+    return META_VLOG_SEGMENT_PREFIX + _SEGMENT_ID.pack(segment_id)
+
+
+def segment_id_of(meta_key: bytes) -> int | None:
+    """Inverse of :func:`segment_meta_key`; None for any other key."""
+    prefix = META_VLOG_SEGMENT_PREFIX
+    if len(meta_key) != len(prefix) + 4 or not meta_key.startswith(prefix):
+        return None
+    return _SEGMENT_ID.unpack_from(meta_key, len(prefix))[0]
 
 
 def encode_key(key: TimerKey) -> bytes:

@@ -15,6 +15,7 @@ from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
 
 from rocks_timer.errors import CorruptRecordError, StoreClosedError
 from rocks_timer.timer import keys as K
+from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb.profiles import parse_tickers
 from rocks_timer.timer.store import StoreStats
 from rocks_timer.timer.values import decode_value
@@ -160,6 +161,9 @@ def stats(store: "RocksTimerStore") -> StoreStats:
         for label in ("num-running-compactions", "num-running-flushes"):
             extra[label.replace("-", "_")] = store._db.property_int_value(f"rocksdb.{label}") or 0
         pending = store._pending
+        extra["layout"] = store.layout
+        vlog_figures = store.vlog.figures() if store.vlog is not None else {}
+        extra.update(vlog_figures)
     for label, ticker in TICKERS_IN_EXTRA.items():
         extra[label] = counts.get(ticker, 0)
     return StoreStats(
@@ -167,16 +171,22 @@ def stats(store: "RocksTimerStore") -> StoreStats:
         bytes_written={"wal": counts.get("rocksdb.wal.bytes", 0),
                        "flush": counts.get("rocksdb.flush.write.bytes", 0),
                        "compaction": counts.get("rocksdb.compact.write.bytes", 0),
-                       "user": counts.get("rocksdb.bytes.written", 0)},
+                       "user": counts.get("rocksdb.bytes.written", 0),
+                       "vlog": vlog_figures.get("vlog_appended_bytes", 0),
+                       "vlog_relocation": vlog_figures.get("vlog_relocated_bytes", 0)},
         extra=extra)
 
 
 def check(store: "RocksTimerStore") -> dict[str, Any]:
     """Full scan of the invariants (tests and ``rtimer`` diagnostics; O(keys)): the pending
     counter is exact, no key lies below the cursor, every in-flight key exists, every value
-    decodes. Returns the figures and a list of ``problems`` (empty when all hold)."""
+    decodes (in ``vlog``: its segment record checks out and holds its key), and every value
+    segment's live count and bytes equal what the index points at. Returns the figures and a
+    list of ``problems`` (empty when all hold)."""
     problems: list[str] = []
     live = undecodable = 0
+    vlog = store.vlog
+    seen: dict[int, list[int]] = {}
     with store._lock:
         store._check_open()
         cursor = store._cursor()
@@ -188,14 +198,32 @@ def check(store: "RocksTimerStore") -> dict[str, Any]:
                 live += 1
                 if raw < cursor:
                     problems.append(f"key {raw.hex()} lies below the cursor {cursor.hex()}")
+                value = it.value()
                 try:
-                    decode_value(raw, it.value())
+                    pointer = I.pointer_or_none(value) if vlog is not None else None
+                    if pointer is not None:
+                        entry = seen.setdefault(pointer.segment, [0, 0])
+                        entry[0] += 1
+                        entry[1] += pointer.length
+                        value = vlog.read(raw, pointer)
+                    decode_value(raw, value)
                 except CorruptRecordError as exc:
                     undecodable += 1
                     problems.append(str(exc))
                 it.next()
+            it.status()
         finally:
             del it
+        if vlog is not None:
+            for seg_id, seg in vlog.segments.items():
+                count, nbytes = seen.pop(seg_id, (0, 0))
+                if (count, nbytes) != (seg.live_count, seg.live_bytes):
+                    problems.append(f"vlog segment {seg_id}: liveness row says {seg.live_count} "
+                                    f"records / {seg.live_bytes} bytes, the index points at "
+                                    f"{count} / {nbytes}")
+            for seg_id, (count, _) in seen.items():
+                problems.append(f"{count} index entries point into vlog segment {seg_id}, "
+                                f"which has no liveness row")
         if live != store._pending:
             problems.append(f"pending counter {store._pending} but {live} keys in the timer CF")
         missing = [raw for raw, v in zip(store._in_flight, store._timer.get(list(store._in_flight)))

@@ -30,19 +30,37 @@ def format_settings(compaction_style: str) -> dict[bytes, bytes]:
     }
 
 
-def load(db: Any, meta_cf: str, compaction_style: str, path: str) -> "StoredState":
+LAYOUTS = ("inline", "vlog")
+
+
+def load(db: Any, meta_cf: str, compaction_style: str, path: str,
+         layout: str = "inline") -> "StoredState":
     """Check the format settings in ``meta`` (writing them on a new store) and read the state.
+
+    The layout is a format setting too, but not a mismatch: a new store takes ``layout``, a store
+    that has one keeps it, and a store made before layouts existed (format settings present,
+    no layout) is ``inline``.
 
     The column family handles are dropped before anything can raise: a handle kept alive by a
     traceback would hold the RocksDB LOCK after ``db.close()``.
     """
     expected = format_settings(compaction_style)
     names = list(expected) + [keys.META_CURSOR, keys.META_PENDING, keys.META_CORRUPT,
-                              keys.META_RECONCILE_OFFSET]
+                              keys.META_RECONCILE_OFFSET, keys.META_LAYOUT]
     meta = db.get_column_family(meta_cf)
     stored = dict(zip(names, (None if v is None else bytes(v) for v in meta.get(names))))
     del meta
     missing = check_format(stored, expected, path)
+    stored_layout = stored.get(keys.META_LAYOUT)
+    if stored_layout is None:
+        is_new = stored.get(keys.META_FORMAT_VERSION) is None
+        stored_layout = layout.encode() if is_new else b"inline"
+        missing[keys.META_LAYOUT] = stored_layout
+    if stored_layout.decode(errors="replace") not in LAYOUTS:
+        raise ConfigError(f"timer store {path}: format.layout is "
+                          f"{stored_layout.decode(errors='replace')!r}; this build reads "
+                          f"{', '.join(LAYOUTS)}")
+    stored[keys.META_LAYOUT] = stored_layout
     state = StoredState.parse(stored)
     if missing:
         handle = db.get_column_family_handle(meta_cf)
@@ -97,6 +115,7 @@ class StoredState:
     pending: int
     corrupt: int
     reconcile_offset: int | None
+    layout: str = "inline"
 
     @classmethod
     def parse(cls, stored: Mapping[bytes, bytes | None]) -> "StoredState":
@@ -106,4 +125,5 @@ class StoredState:
             corrupt=unpack_u64(keys.META_CORRUPT, stored.get(keys.META_CORRUPT)) or 0,
             reconcile_offset=unpack_u64(keys.META_RECONCILE_OFFSET,
                                         stored.get(keys.META_RECONCILE_OFFSET)),
+            layout=(stored.get(keys.META_LAYOUT) or b"inline").decode(),
         )

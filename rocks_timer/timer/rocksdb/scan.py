@@ -7,7 +7,7 @@ from rocks_timer.errors import CorruptRecordError, InvalidHandleError, InvalidMe
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.handles import decode_handle, encode_handle
 from rocks_timer.timer.store import PendingEntry, TimerKey
-from rocks_timer.timer.values import peek_value
+from rocks_timer.timer.rocksdb.index import peek
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def collect_pending(it, topic: str | None, limit: int, examine_budget: int
                     last = entries[-1]
                     resume = K.encode_key(TimerKey(last.deliver_at_ms, last.topic, last.msg_id))
                     return entries, resume, corrupt
-                info = peek_value(raw, it.value())
+                info = peek(raw, it.value())
                 entries.append(PendingEntry(
                     deliver_at_ms=key.due_ms, topic=key.topic, msg_id=key.msg_id,
                     handle=encode_handle(key.topic, key.due_ms, key.msg_id),
@@ -65,4 +65,5 @@ def collect_pending(it, topic: str | None, limit: int, examine_budget: int
             corrupt += 1
             log.warning("timer store scan skipped a corrupt entry: %s", exc)
         it.next()
+    it.status()  # a corrupt block ends the walk with an error, never a short page
     return entries, None, corrupt

@@ -1,8 +1,15 @@
 """``RocksTimerStore``: the RocksDB timer engine (RIP-43 option B), on rocksdict in raw mode.
 
-Column families: ``timer`` (key = due + topic + msg id, value = the encoded message), ``meta``
-(format settings, persisted cursor, reconcile offset, exact counters) and ``corrupt`` (values
-that failed to decode, kept byte for byte under their key).
+Column families: ``timer`` (the index: key = due + topic + msg id, value = the encoded message in
+the ``inline`` layout, a pointer into a value segment in the ``vlog`` layout, see ``index``),
+``meta`` (format settings, persisted cursor, reconcile offset, exact counters, the value
+segments' liveness rows) and ``corrupt`` (values that failed to decode or whose segment record is
+damaged, kept byte for byte under their key).
+
+Layouts (DESIGN §6b): the layout is a format setting in ``meta``. Everything below holds for both;
+in ``vlog`` every change of the index also changes the liveness rows of the segments it points
+into, in the same WriteBatch (``ValueLog.stage``), and ``_in_flight`` remembers each claimed
+key's pointer so completing it releases its bytes.
 
 Concurrency: one lock (``_lock``) covers every read-modify-write: the in-flight set, the claim
 cursor, the counters and each WriteBatch. Claims, cancels and schedules therefore see one order:
@@ -34,7 +41,10 @@ from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import (ConfigError, CorruptRecordError, InvalidHandleError,
                                 InvalidMessageError, StoreClosedError, StoreLockedError)
 from rocks_timer.timer import keys as K
+from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb import maint as rocks_maint, meta as rocks_meta
+from rocks_timer.timer.rocksdb import reclaim
+from rocks_timer.timer.rocksdb.vlog import Changes, ValueLog
 from rocks_timer.timer.handles import decode_handle, encode_handle
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
 from rocks_timer.timer.rocksdb.scan import collect_pending, resume_handle, scan_start
@@ -81,7 +91,15 @@ class RocksTimerStore:
         self._lock = threading.Lock()
         self._maint_lock = threading.Lock()  # compaction runs outside _lock; close waits for it
         self._closed = False
-        self._in_flight: dict[bytes, None] = {}
+        # claimed key -> its index value when that is a vlog pointer (else None)
+        self._in_flight: dict[bytes, bytes | None] = {}
+        self.layout = state.layout
+        self.vlog: ValueLog | None = None
+        if self.layout == "vlog":
+            self.vlog = ValueLog(path / "vlog", config, self._meta, self._meta_h)
+        self._relocator: threading.Thread | None = None
+        self._last_sync_ms = 0
+        self._prefetched_to = b""
         self._claim_cursor: bytes = state.cursor
         self._pending = state.pending
         self._corrupt_count = state.corrupt
@@ -112,19 +130,23 @@ class RocksTimerStore:
                     f"in this process (RocksDB: {text})") from None
             raise ConfigError(f"cannot open timer store {path}: {text}") from None
         try:
-            state = rocks_meta.load(db, META_CF, style, str(path))
+            state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout)
+            return cls(path, config, db, db_options, state, reclaim_after_deletes)
         except BaseException:
             db.close()
             raise
-        return cls(path, config, db, db_options, state, reclaim_after_deletes)
 
     def close(self) -> None:
         """Flush and release the DB (idempotent). Handles are dropped first: a live column
         family handle or iterator would keep the RocksDB LOCK held after close."""
+        if self._relocator is not None:
+            self._relocator.join()
         with self._maint_lock, self._lock:
             if self._closed:
                 return
             self._closed = True
+            if self.vlog is not None:
+                self.vlog.close()
             db = self._db
             self._timer = self._meta = self._corrupt = None
             self._timer_h = self._meta_h = self._corrupt_h = None
@@ -163,6 +185,25 @@ class RocksTimerStore:
     def _write(self, batch: WriteBatch) -> None:
         self._db.write(batch, self._write_opts)
 
+    def _stage_removed(self, index_values: Iterable[bytes | None], batch: WriteBatch,
+                       lost: bool = False) -> dict | None:
+        """Liveness rows for index values leaving the index (vlog layout; None otherwise)."""
+        if self.vlog is None:
+            return None
+        changes = Changes()
+        dropped = 0
+        for value in index_values:
+            if value is not None and I.is_pointer(value) and len(value) >= I.SIZE:
+                changes.drop(value)
+                dropped += 1
+        if lost and dropped:
+            self.vlog.note_lost(dropped)
+        return self.vlog.stage(changes, batch) if changes or lost else None
+
+    def _commit_removed(self, new: dict | None) -> None:
+        if new:
+            self.vlog.commit(new)
+
     # -- TimerStore ---------------------------------------------------------------------------
     def schedule(self, records: Sequence[TimerRecord], now_ms: int) -> list[Scheduled]:
         if type(records) is not list:
@@ -174,6 +215,9 @@ class RocksTimerStore:
             raw_keys, values, key_dues, handles = encode_schedule(
                 records, self._low_watermark_ms(), self.config.timer_compress_threshold)
             batch = WriteBatch(raw_mode=True)
+            if self.vlog is not None:
+                self._schedule_vlog(raw_keys, values, now_ms, batch)
+                return list(map(Scheduled, handles, key_dues))
             put, timer_h = batch.put, self._timer_h
             for raw, value in zip(raw_keys, values):
                 put(raw, value, timer_h)
@@ -183,6 +227,33 @@ class RocksTimerStore:
             self._db.write(batch, self._write_opts)
             self._pending += added
         return list(map(Scheduled, handles, key_dues))
+
+    def _schedule_vlog(self, raw_keys: list[bytes], values: list[bytes], now_ms: int,
+                       batch: WriteBatch) -> None:
+        """Bodies into the value log, pointers into the index, liveness in the same batch. A
+        key already stored (a producer's retry) or repeated in the batch keeps only its last
+        value live; the bytes it replaced stop counting."""
+        changes = Changes()
+        index_values = self.vlog.append(raw_keys, values, now_ms, batch, changes)
+        final = dict(zip(raw_keys, index_values))  # the last value of a repeated key wins
+        distinct = list(final)
+        old = self._timer.get(distinct) if len(distinct) > 1 else [self._timer.get(distinct[0])]
+        put, timer_h = batch.put, self._timer_h
+        added = 0
+        for raw, before in zip(distinct, old):
+            value = final[raw]
+            put(raw, value, timer_h)
+            if I.is_pointer(value):
+                changes.keep(value)
+            if before is None:
+                added += 1
+            elif I.is_pointer(before):
+                changes.drop(before)
+        put(K.META_PENDING, rocks_meta.pack_u64(self._pending + added), self._meta_h)
+        new = self.vlog.stage(changes, batch)
+        self._db.write(batch, self._write_opts)
+        self.vlog.commit(new)
+        self._pending += added
 
     def _count_new(self, raw_keys: list[bytes]) -> int:
         """How many distinct keys of a schedule batch are not stored yet (the pending count is
@@ -201,6 +272,8 @@ class RocksTimerStore:
             read_opts = ReadOptions()
             read_opts.set_iterate_upper_bound(K.due_prefix(now_ms + 1))  # never early
             corrupt: list[tuple[bytes, bytes, CorruptRecordError]] = []
+            pointers: dict[bytes, bytes | None] = {}
+            vlog = self.vlog
             used_bytes, last = 0, None
             it = self._timer.iter(read_opts)
             try:
@@ -210,27 +283,32 @@ class RocksTimerStore:
                     if raw in self._in_flight:
                         it.next()
                         continue
-                    value = it.value()
-                    if claimed and used_bytes + len(value) > max_bytes:
+                    value = index_value = it.value()
+                    pointer = I.pointer_or_none(value) if vlog is not None else None
+                    size = pointer.length if pointer else len(value)
+                    if claimed and used_bytes + size > max_bytes:
                         break
                     last = raw
                     try:
                         key = K.decode_key(raw)
+                        if pointer is not None or I.is_pointer(value):
+                            value = vlog.read(raw, I.decode_pointer(raw, value))
                         message = decode_value(raw, value)
                     except CorruptRecordError as exc:
-                        corrupt.append((raw, value, exc))
+                        corrupt.append((raw, index_value, exc))
                     else:
-                        used_bytes += len(value)
+                        used_bytes += size
                         claimed.append(DueRecord(
-                            key=key, message=message, size=len(value), token=raw,
+                            key=key, message=message, size=size, token=raw,
                             handle=encode_handle(key.topic, key.due_ms, key.msg_id)))
+                        pointers[raw] = index_value if pointer is not None else None
                     it.next()
+                it.status()  # a corrupt block ends the walk with an error, never early
             finally:
                 del it
             if corrupt:
                 self._quarantine(corrupt)
-            for record in claimed:
-                self._in_flight[record.token] = None
+            self._in_flight.update(pointers)
             if last is not None:
                 self._claim_cursor = K.key_successor(last)
         return claimed
@@ -247,7 +325,9 @@ class RocksTimerStore:
         count = self._corrupt_count + len(corrupt)
         batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
         batch.put(K.META_CORRUPT, rocks_meta.pack_u64(count), self._meta_h)
+        new = self._stage_removed([value for _, value, _ in corrupt], batch, lost=True)
         self._write(batch)
+        self._commit_removed(new)
         self._pending, self._corrupt_count = pending, count
         self._deletes_since_reclaim += len(corrupt)
 
@@ -270,7 +350,9 @@ class RocksTimerStore:
             if commitlog_end is not None:
                 batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(commitlog_end),
                           self._meta_h)
+            new = self._stage_removed([self._in_flight[raw] for raw in done], batch)
             self._write(batch)
+            self._commit_removed(new)
             self._pending = pending
             if commitlog_end is not None:
                 self._reconcile_offset = commitlog_end
@@ -286,12 +368,15 @@ class RocksTimerStore:
             raise InvalidHandleError(f"handle {handle!r} names no possible key: {exc}") from None
         with self._lock:
             self._check_open()
-            if raw in self._in_flight or self._timer.get(raw) is None:
+            value = None if raw in self._in_flight else self._timer.get(raw)
+            if value is None:
                 return False
             batch = WriteBatch(raw_mode=True)
             batch.delete(raw, self._timer_h)
             batch.put(K.META_PENDING, rocks_meta.pack_u64(self._pending - 1), self._meta_h)
+            new = self._stage_removed([value], batch)
             self._write(batch)
+            self._commit_removed(new)
             self._pending -= 1
             self._deletes_since_reclaim += 1
             return True
@@ -331,15 +416,18 @@ class RocksTimerStore:
         raws = list(dict.fromkeys(K.encode_key(key) for key in keys))
         with self._lock:
             self._check_open()
-            present = [raw for raw, old in zip(raws, self._timer.get(raws) if raws else [])
-                       if old is not None]
+            found = [(raw, old) for raw, old in zip(raws, self._timer.get(raws) if raws else [])
+                     if old is not None]
+            present = [raw for raw, _ in found]
             batch = WriteBatch(raw_mode=True)
             for raw in present:
                 batch.delete(raw, self._timer_h)
             pending = self._pending - len(present)
             batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
             batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(commitlog_end), self._meta_h)
+            new = self._stage_removed([old for _, old in found], batch)
             self._write(batch)
+            self._commit_removed(new)
             self._pending = pending
             self._reconcile_offset = commitlog_end
             for raw in raws:
@@ -356,7 +444,10 @@ class RocksTimerStore:
                 it.seek(self._claim_cursor)
                 while it.valid() and it.key() in self._in_flight:
                     it.next()
-                return K.key_due_ms(it.key()) if it.valid() else None
+                if it.valid():
+                    return K.key_due_ms(it.key())
+                it.status()
+                return None
             finally:
                 del it
 
@@ -366,13 +457,20 @@ class RocksTimerStore:
             return self._pending
 
     def maintain(self, now_ms: int) -> None:
-        """Starts a background tombstone reclaim when enough deletes piled up; else a no-op."""
+        """Starts a background tombstone reclaim when enough deletes piled up; in ``vlog``
+        also syncs appended segments every flush interval (async mode), hints the kernel to
+        read bodies due within ``vlog_prefetch_ms``, releases empty segments and starts a
+        relocation of sparse ones. Cheap when there is nothing to do."""
         rocks_maint.maybe_start_reclaim(self)
+        if self.vlog is not None:
+            reclaim.maintain_vlog(self, now_ms)
 
     def wait_for_maintenance(self, timeout_s: float = 120.0) -> None:
         """Wait for a background reclaim started by ``maintain`` (tests, benchmarks)."""
         if self._reclaimer is not None:
             self._reclaimer.join(timeout_s)
+        if self._relocator is not None:
+            self._relocator.join(timeout_s)
 
     # -- engine extras ------------------------------------------------------------------------
     def reclaim_tombstones(self) -> dict[str, Any]:
@@ -380,6 +478,16 @@ class RocksTimerStore:
 
     def compact(self) -> dict[str, Any]:
         return rocks_maint.compact(self)
+
+    def relocate(self, now_ms: int) -> dict[str, Any]:
+        """vlog: relocate sparse or old segments now and release empty ones ({} for inline)."""
+        return reclaim.relocate(self, now_ms) if self.vlog is not None else {}
+
+    def drop_caches(self) -> None:
+        """vlog: evict the value segments from the page cache (cold-backlog benchmarks)."""
+        if self.vlog is not None:
+            with self._lock:
+                self.vlog.drop_caches()
 
     def flush(self) -> None:
         with self._lock:

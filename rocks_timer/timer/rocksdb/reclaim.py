@@ -1,0 +1,231 @@
+"""Value-segment housekeeping of the ``vlog`` layout: flush, prefetch, release, relocation.
+
+- **Flush** (async mode): segments appended to are fdatasync'd every ``timer_flush_interval_ms``.
+- **Prefetch**: bodies due within ``vlog_prefetch_ms`` get a ``POSIX_FADV_WILLNEED`` hint, so a
+  cold backlog is read by the kernel before the deliverer needs it (no memory held here).
+- **Release**: a sealed segment with no live record is deleted after the RocksDB WAL is synced
+  (its zero count is durable) and the row read back from RocksDB confirms it.
+- **Relocation** (once per body at most): a sealed *arrival* segment whose live fraction fell
+  below θ (``vlog_reclaim_live_pct``) or that is older than A (``vlog_reclaim_age_sec``) has its
+  live records copied, in due order, into the *long* segment of their due day, fdatasync'd, and
+  re-pointed in one WriteBatch per piece; the old segment is then empty and released. Long
+  segments are never relocated: they die with their day.
+
+A relocation runs on a background thread (``maintain``) or in the caller (``relocate``); it
+holds the store lock only to read and to re-point, never while it copies bytes. A record that
+changed meanwhile (cancelled, claimed, delivered, re-sent) is not re-pointed: its copy is dead.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from itertools import groupby
+from typing import TYPE_CHECKING, Any
+
+from rocksdict import ReadOptions, WriteBatch
+
+from rocks_timer.errors import StoreClosedError
+from rocks_timer.timer import keys as K
+from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb.segments import iter_records
+from rocks_timer.timer.rocksdb.vlog import ARRIVAL, Changes, Segment, day_of, durable_rows
+
+if TYPE_CHECKING:
+    from rocks_timer.timer.rocksdb.store import RocksTimerStore
+
+log = logging.getLogger(__name__)
+PREFETCH_BUDGET = 20_000  # index entries examined per maintain call
+PIECE_BYTES = 4 << 20  # live bytes re-pointed per WriteBatch
+
+
+def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
+    vlog, config = store.vlog, store.config
+    hints: list[I.Pointer] = []
+    with store._lock:
+        if store._closed:
+            return
+        sync = (vlog.dirty and not vlog.sync_writes
+                and now_ms - store._last_sync_ms >= config.timer_flush_interval_ms)
+        if sync:
+            store._last_sync_ms = now_ms
+            dirty = [vlog.segments[i] for i in vlog.dirty if i in vlog.segments]
+            vlog.dirty.clear()
+        vlog.seal_days_before(day_of(now_ms))
+        if config.vlog_prefetch_ms:
+            hints = _due_soon(store, now_ms + config.vlog_prefetch_ms)
+        empty = vlog.releasable()
+    if sync:
+        for seg in dirty:
+            if seg.file is not None:
+                seg.file.sync()
+    if hints:
+        vlog.will_need(hints)
+    if empty:
+        release_empty(store)
+    _maybe_start_relocation(store, now_ms)
+
+
+def _due_soon(store: "RocksTimerStore", horizon_ms: int) -> list[I.Pointer]:
+    """Pointers of index entries due up to ``horizon_ms`` not hinted yet (call with the lock)."""
+    start = max(store._prefetched_to, store._claim_cursor)
+    bound = K.due_prefix(horizon_ms + 1)
+    if start >= bound:
+        return []
+    read_opts = ReadOptions()
+    read_opts.set_iterate_upper_bound(bound)
+    out: list[I.Pointer] = []
+    last = None
+    it = store._timer.iter(read_opts)
+    try:
+        it.seek(start)
+        while it.valid() and len(out) < PREFETCH_BUDGET:
+            last = it.key()
+            pointer = I.pointer_or_none(it.value())
+            if pointer is not None:
+                out.append(pointer)
+            it.next()
+        full = it.valid()
+        it.status()
+    finally:
+        del it
+    store._prefetched_to = K.key_successor(last) if full and last is not None else bound
+    return out
+
+
+def release_empty(store: "RocksTimerStore") -> int:
+    """Delete sealed segments with no live record; returns the bytes freed."""
+    vlog = store.vlog
+    with store._lock:
+        store._check_open()
+        store._db.flush_wal(True)  # every batch that emptied them is durable before a file goes
+        segs = vlog.releasable()
+        if not segs:
+            return 0
+        batch = WriteBatch(raw_mode=True)
+        freed = vlog.release(segs, durable_rows(store._meta, segs), batch)
+        vlog.stage(Changes(), batch)  # the counters
+        store._write(batch)
+    return freed
+
+
+def candidates(store: "RocksTimerStore", now_ms: int) -> list[Segment]:
+    """Sealed arrival segments below θ or older than A (call with the lock)."""
+    vlog, config = store.vlog, store.config
+    theta, age_ms = config.vlog_reclaim_live_pct, config.vlog_reclaim_age_sec * 1000
+    out = []
+    for seg in vlog.segments.values():
+        if seg.kind != ARRIVAL or seg.busy or seg.file is None or not seg.live_count:
+            continue
+        if not vlog.is_sealed(seg):
+            continue
+        sparse = theta and seg.live_bytes * 100 < theta * seg.end
+        old = age_ms and now_ms - seg.created_ms >= age_ms
+        if sparse or old:
+            out.append(seg)
+    return out
+
+
+def _maybe_start_relocation(store: "RocksTimerStore", now_ms: int) -> None:
+    if store._relocator is not None and store._relocator.is_alive():
+        return
+    with store._lock:
+        if store._closed:
+            return
+        todo = candidates(store, now_ms)
+        for seg in todo:
+            seg.busy = True
+    if not todo:
+        return
+    store._relocator = threading.Thread(target=_relocate_quietly, args=(store, todo, now_ms),
+                                        name="vlog-relocate", daemon=True)
+    store._relocator.start()
+
+
+def _relocate_quietly(store: "RocksTimerStore", segs: list[Segment], now_ms: int) -> None:
+    try:
+        for seg in segs:
+            relocate_segment(store, seg, now_ms)
+    except StoreClosedError:
+        pass
+    except Exception:  # noqa: BLE001 - counted and logged; the next maintain retries
+        store._reclaim_failures += 1
+        log.exception("timer store %s: vlog relocation failed", store.path)
+    finally:
+        for seg in segs:
+            seg.busy = False
+
+
+def relocate(store: "RocksTimerStore", now_ms: int) -> dict[str, Any]:
+    """Relocate every candidate segment now, in the caller (tests, ``rtimer compact``)."""
+    with store._lock:
+        store._check_open()
+        todo = candidates(store, now_ms)
+        for seg in todo:
+            seg.busy = True
+    moved = 0
+    try:
+        for seg in todo:
+            moved += relocate_segment(store, seg, now_ms)
+    finally:
+        for seg in todo:
+            seg.busy = False
+    freed = release_empty(store)
+    return {"segments": len(todo), "relocated_records": moved, "released_bytes": freed}
+
+
+def relocate_segment(store: "RocksTimerStore", seg: Segment, now_ms: int) -> int:
+    """Move the live records of ``seg`` into long segments; returns how many moved."""
+    damaged: list[tuple[int, str]] = []
+    moved, piece, size = 0, [], 0
+    for record in iter_records(seg.file, seg.end, damaged):
+        piece.append(record)
+        size += record[3]
+        if size >= PIECE_BYTES:
+            moved += _move_piece(store, seg, piece, now_ms)
+            piece, size = [], 0
+    if piece:
+        moved += _move_piece(store, seg, piece, now_ms)
+    for offset, reason in damaged:
+        log.error("timer store %s: relocation of segment %d met a damaged record at %d: %s "
+                  "(its index entry stays; it is set aside when due)", store.path, seg.id,
+                  offset, reason)
+    return moved
+
+
+def _move_piece(store: "RocksTimerStore", seg: Segment, piece: list, now_ms: int) -> int:
+    vlog = store.vlog
+    with store._lock:
+        store._check_open()
+        current = store._timer.get([rec[1] for rec in piece])
+        live = []
+        for (offset, key, value, length), index_value in zip(piece, current):
+            if index_value is None or key in store._in_flight:
+                continue
+            pointer = I.pointer_or_none(index_value)
+            if pointer == (seg.id, offset, length):
+                live.append((key, value, bytes(index_value)))
+    if not live:
+        return 0
+    live.sort()  # key order = due order
+    moved = 0
+    for day, group in groupby(live, key=lambda item: day_of(K.key_due_ms(item[0]))):
+        group = list(group)
+        target, offsets = vlog.append_long(day, [(k, v) for k, v, _ in group], now_ms)
+        with store._lock:
+            store._check_open()
+            now_values = store._timer.get([k for k, _, _ in group])
+            batch = WriteBatch(raw_mode=True)
+            changes = Changes()
+            changes.add(target.id, 0, 0)
+            for (key, _, seen), offset, now_value in zip(group, offsets, now_values):
+                if now_value is None or bytes(now_value) != seen or key in store._in_flight:
+                    continue  # changed while we copied: the copy is dead
+                new_value = I.repoint(seen, target.id, offset)
+                batch.put(key, new_value, store._timer_h)
+                changes.drop(seen)
+                changes.keep(new_value)
+                moved += 1
+            new = vlog.stage(changes, batch)
+            store._write(batch)
+            vlog.commit(new)
+    return moved

@@ -1,0 +1,170 @@
+"""Value segments of the ``vlog`` layout: append-only files of framed records (DESIGN §6b).
+
+A segment is ``timer-rocksdb/vlog/<id as 10 digits>.vlog``; its id, kind and counters live in
+``meta`` (:mod:`rocks_timer.timer.rocksdb.vlog`). One record per stored message::
+
+    offset size        field
+    +----+-----------+-----------+--------------------------------------------------------+
+    |  0 | 1         | magic     | 0xA7                                                   |
+    |  1 | 2         | key_len   | bytes of the timer key                                 |
+    |  3 | 4         | value_len | bytes of the value (the inline value codec's bytes)    |
+    |  7 | 4         | crc32     | CRC32 of bytes 0..6, then the key, then the value      |
+    +----+-----------+-----------+--------------------------------------------------------+
+    | 11 | key_len B key | value_len B value                                              |
+    +-------------------------------------------------------------------------------------+
+
+The record carries its key so that a read can prove it is the record the index meant (a stale
+pointer after a power cut reads another key and is refused), and so relocation can ask the index
+whether a record is still live without any other bookkeeping.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from pathlib import Path
+
+from rocks_timer.errors import CorruptRecordError
+from rocks_timer.fileio import pwrite_all
+
+HEAD = struct.Struct(">BHI")  # magic, key_len, value_len (the CRC follows)
+HEADER = struct.Struct(">BHII")
+SIZE = HEADER.size  # 11
+MAGIC = 0xA7
+MAX_KEY = (1 << 16) - 1
+FILE_MODE = 0o600
+_crc32 = zlib.crc32
+
+
+def segment_name(segment_id: int) -> str:
+    return f"{segment_id:010d}.vlog"
+
+
+def frame(key: bytes, value: bytes) -> bytes:
+    """The record bytes of ``key`` → ``value``."""
+    head = HEAD.pack(MAGIC, len(key), len(value))
+    crc = _crc32(value, _crc32(key, _crc32(head)))
+    return head + crc.to_bytes(4, "big") + key + value
+
+
+def parse(buf: bytes | memoryview, pos: int, where: str) -> tuple[bytes, bytes, int]:
+    """The record at ``pos`` of ``buf``: (key, value, end offset). CorruptRecordError when the
+    magic, the lengths or the CRC do not hold, or the record runs past the buffer."""
+    if len(buf) - pos < SIZE:
+        raise CorruptRecordError(f"{where}: {len(buf) - pos} bytes left at offset {pos}, "
+                                 f"shorter than a {SIZE}-byte record header", where=where)
+    magic, key_len, value_len, crc = HEADER.unpack_from(buf, pos)
+    if magic != MAGIC:
+        raise CorruptRecordError(f"{where}: bad magic 0x{magic:02x} at offset {pos}", where=where)
+    end = pos + SIZE + key_len + value_len
+    if end > len(buf):
+        raise CorruptRecordError(f"{where}: record at offset {pos} claims {end - pos} bytes, "
+                                 f"only {len(buf) - pos} there", where=where)
+    key = bytes(buf[pos + SIZE:pos + SIZE + key_len])
+    value = bytes(buf[pos + SIZE + key_len:end])
+    if _crc32(value, _crc32(key, _crc32(bytes(buf[pos:pos + 7])))) != crc:
+        raise CorruptRecordError(f"{where}: CRC mismatch in the record at offset {pos}",
+                                 where=where, raw=bytes(buf[pos:end]))
+    return key, value, end
+
+
+class SegmentFile:
+    """One open segment file: appends at its end, reads anywhere. Not thread-safe by itself
+    (the value log serialises appends; reads use ``pread`` and need no lock)."""
+
+    def __init__(self, directory: Path, segment_id: int) -> None:
+        self.id = segment_id
+        self.path = directory / segment_name(segment_id)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        self.size = os.fstat(self.fd).st_size
+
+    def append(self, data: bytes) -> int:
+        """Write ``data`` at the end; returns the offset it starts at."""
+        offset = self.size
+        pwrite_all(self.fd, data, offset)
+        self.size = offset + len(data)
+        return offset
+
+    def read(self, offset: int, length: int) -> bytes:
+        return os.pread(self.fd, length, offset)
+
+    def sync(self) -> None:
+        os.fdatasync(self.fd)
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+        self.size = size
+
+    def will_need(self, offset: int, length: int) -> None:
+        """Ask the kernel to read a range ahead of its use (prefetch before the due time)."""
+        os.posix_fadvise(self.fd, offset, length, os.POSIX_FADV_WILLNEED)
+
+    def drop_cache(self) -> None:
+        os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+WINDOW = 8 << 20
+
+
+def iter_records(seg: SegmentFile, end: int, damaged: list[tuple[int, str]]):
+    """Every readable record of ``seg`` below ``end`` as (offset, key, value, length), read in
+    ``WINDOW``-sized pieces. A damaged record is reported in ``damaged`` (offset, reason) and
+    the walk resumes at the next offset where a whole record checks out: one bad record never
+    hides the ones after it."""
+    pos = 0
+    buf, base = b"", 0  # buf holds the file bytes [base, base + len(buf))
+    view = memoryview(buf)
+    where = f"vlog segment {seg.path.name}"
+    while pos < end:
+        need = SIZE
+        if pos - base + SIZE <= len(buf) and pos >= base:
+            _, key_len, value_len, _ = HEADER.unpack_from(buf, pos - base)
+            need = min(SIZE + key_len + value_len, end - pos)
+        if pos < base or pos - base + need > len(buf):
+            buf, base = seg.read(pos, max(min(WINDOW, end - pos), need)), pos
+            view = memoryview(buf)[:end - base]
+            if len(buf) < min(SIZE, end - pos):
+                damaged.append((pos, f"{where}: file ends at {pos + len(buf)}, the index "
+                                     f"covers {end}"))
+                return
+            if need == SIZE:
+                continue  # now the header is in the window: size the record
+        try:
+            key, value, stop = parse(view, pos - base, where)
+        except CorruptRecordError as exc:
+            nxt = _resync(seg, pos + 1, end)
+            damaged.append((pos, f"{exc}; skipped {nxt - pos} bytes"))
+            pos, buf, base = nxt, b"", nxt
+            continue
+        yield pos, key, value, base + stop - pos
+        pos = base + stop
+
+
+def _resync(seg: SegmentFile, start: int, end: int) -> int:
+    """The first offset at or after ``start`` where a whole record checks out (``end`` if none)."""
+    pos = start
+    while pos < end:
+        chunk = seg.read(pos, min(WINDOW, end - pos))
+        if not chunk:
+            return end
+        at = chunk.find(bytes((MAGIC,)))
+        while at >= 0:
+            candidate = pos + at
+            probe = seg.read(candidate, SIZE)
+            if len(probe) == SIZE:
+                _, key_len, value_len, _ = HEADER.unpack(probe)
+                length = SIZE + key_len + value_len
+                if candidate + length <= end:
+                    try:
+                        parse(seg.read(candidate, length), 0, "resync")
+                        return candidate
+                    except CorruptRecordError:
+                        pass
+            at = chunk.find(bytes((MAGIC,)), at + 1)
+        pos += len(chunk)
+    return end

@@ -1,0 +1,373 @@
+"""The value log of the ``vlog`` layout: segment files, their liveness table, appends, reads,
+prefetch hints and release (DESIGN §6b).
+
+Liveness lives in ``meta`` under ``vlog.seg.<id>`` (``SEGMENT`` below) and changes only inside
+the WriteBatch of the schedule, cancel, delivery, reconcile or relocation that changes it: the
+store collects ``Changes`` while it builds a batch, ``stage`` puts the new rows into that batch,
+and ``commit`` applies them in memory once the write succeeded. So the table is exact after a
+``kill -9``: it is what the index says.
+
+Segment kinds: *arrival* segments take every new body in arrival order, one open at a time;
+*long* segments take bodies relocated by :mod:`rocks_timer.timer.rocksdb.reclaim`, one open per
+due day. A segment is sealed when it is not open; a sealed segment with no live record is
+deleted (``release``) once its zero count is durable and re-read from RocksDB.
+
+Crash order: record bytes appended (fdatasync'd first in sync mode) → index batch (with the
+segment's new ``end``) → release. On open, bytes past ``end`` were never indexed and are cut
+(a torn or unacknowledged tail); a file shorter than ``end`` (power cut in async mode) is
+reported, and the index entries pointing past it are set aside when they are claimed.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from rocks_timer.errors import CorruptRecordError
+from rocks_timer.timer import keys as K
+from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb import segments as S
+
+log = logging.getLogger(__name__)
+
+SEGMENT = struct.Struct(">BqqQQQ")  # kind, due day, created ms, live count, live bytes, end
+SEG_PREFIX = K.META_VLOG_SEGMENT_PREFIX
+META_NEXT_ID = K.META_VLOG_NEXT_ID
+COUNTERS = K.META_VLOG_COUNTERS
+U64 = struct.Struct(">Q")
+ARRIVAL, LONG = 0, 1
+DAY_MS = 86_400_000
+
+
+@dataclass(slots=True)
+class Segment:
+    """One segment's row of the liveness table, and its open file."""
+
+    id: int
+    kind: int
+    day: int
+    created_ms: int
+    live_count: int
+    live_bytes: int
+    end: int
+    file: S.SegmentFile | None = None
+    busy: bool = False  # being relocated: not released meanwhile
+
+    def row(self) -> bytes:
+        return SEGMENT.pack(self.kind, self.day, self.created_ms, self.live_count,
+                            self.live_bytes, self.end)
+
+
+class Changes(dict):
+    """Segment id → [count delta, bytes delta] collected while a batch is built."""
+
+    def add(self, segment: int, count: int, nbytes: int) -> None:
+        entry = self.get(segment)
+        if entry is None:
+            self[segment] = [count, nbytes]
+        else:
+            entry[0] += count
+            entry[1] += nbytes
+
+    def keep(self, pointer_value: bytes) -> None:
+        """A pointer enters the index (schedule, relocation target)."""
+        seg, _, length = I.POINTER.unpack_from(pointer_value)[1:4]
+        self.add(seg, 1, length)
+
+    def drop(self, pointer_value: bytes) -> None:
+        """A live pointer leaves the index (delete, overwrite, relocation source)."""
+        seg, _, length = I.POINTER.unpack_from(pointer_value)[1:4]
+        self.add(seg, -1, -length)
+
+
+class ValueLog:
+    """Owns ``timer-rocksdb/vlog/``: the segments, their liveness rows and the counters."""
+
+    def __init__(self, directory: Path, config: Any, meta: Any, meta_h: Any) -> None:
+        self.dir = directory
+        self.segment_bytes = config.vlog_segment_bytes
+        self.inline_max = config.vlog_inline_max_bytes
+        self.sync_writes = config.rocksdb_sync or config.flush_disk_type == "sync"
+        self._meta_h = meta_h
+        self.segments: dict[int, Segment] = {}
+        self.active: Segment | None = None
+        self.long_open: dict[int, Segment] = {}
+        self.counters: dict[bytes, int] = dict.fromkeys(COUNTERS, 0)
+        self.next_id = 1
+        self.dirty: set[int] = set()  # appended since the last fdatasync (async mode)
+        self.short_segments: list[int] = []
+        self._alloc_lock = threading.Lock()  # relocation creates long segments off the lock
+        self.missing_segments: list[int] = []
+        self._load(meta)
+
+    # -- open -------------------------------------------------------------------------------
+    def _load(self, meta: Any) -> None:
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        raw = meta.get(META_NEXT_ID)
+        self.next_id = U64.unpack(raw)[0] if raw is not None else 1
+        for name, value in zip(COUNTERS, meta.get(list(COUNTERS))):
+            self.counters[name] = U64.unpack(value)[0] if value is not None else 0
+        it = meta.iter()
+        try:
+            it.seek(SEG_PREFIX)
+            while it.valid() and bytes(it.key()).startswith(SEG_PREFIX):
+                key, value = bytes(it.key()), bytes(it.value())
+                seg_id = K.segment_id_of(key)
+                if seg_id is None or len(value) != SEGMENT.size:
+                    raise CorruptRecordError(f"vlog liveness row {key!r} is malformed "
+                                             f"({len(value)} bytes)", where=key, raw=value)
+                self.segments[seg_id] = Segment(seg_id, *SEGMENT.unpack(value))
+                it.next()
+            it.status()
+        finally:
+            del it
+        for seg in self.segments.values():
+            self._open_file(seg)
+
+    def _open_file(self, seg: Segment) -> None:
+        path = self.dir / S.segment_name(seg.id)
+        if not path.exists():
+            if seg.live_count:
+                self.missing_segments.append(seg.id)
+                log.error("vlog segment %s is missing but %d live records point into it; they "
+                          "will be set aside as corrupt when due", path, seg.live_count)
+            return
+        seg.file = S.SegmentFile(self.dir, seg.id)
+        if seg.file.size > seg.end:  # appended, never indexed: not acknowledged
+            log.warning("vlog segment %s: cutting %d unindexed tail bytes", path,
+                        seg.file.size - seg.end)
+            seg.file.truncate(seg.end)
+        elif seg.file.size < seg.end:
+            self.short_segments.append(seg.id)
+            log.error("vlog segment %s is %d bytes but the index covers %d (a power cut in async "
+                      "mode?); records past the end will be set aside when due", path,
+                      seg.file.size, seg.end)
+
+    # -- appends ----------------------------------------------------------------------------
+    def _new_segment(self, kind: int, day: int, now_ms: int) -> Segment:
+        """A new empty segment; its id is persisted (``next_id``) by the next ``stage``, which
+        comes before any index entry can point into it."""
+        with self._alloc_lock:
+            seg = Segment(self.next_id, kind, day, now_ms, 0, 0, 0)
+            seg.file = S.SegmentFile(self.dir, seg.id)
+            if seg.file.size:  # left by a crash before its id was persisted: never indexed
+                seg.file.truncate(0)
+            self.next_id += 1
+            self.segments[seg.id] = seg
+        return seg
+
+    def append(self, raw_keys: list[bytes], values: list[bytes], now_ms: int, batch: Any,
+               changes: Changes) -> list[bytes]:
+        """Write the bodies of a schedule batch; returns the index value of each record (a
+        pointer, or the value itself when it is small) and records the new live counts."""
+        out: list[bytes] = []
+        framed: list[bytes] = []
+        at: list[int] = []
+        size = 0
+        inline_max = self.inline_max
+        for key, value in zip(raw_keys, values):
+            if len(value) <= inline_max:
+                out.append(value)
+                at.append(-1)
+                continue
+            record = S.frame(key, value)
+            at.append(size)
+            framed.append(record)
+            out.append(b"")
+            size += len(record)
+        if not framed:
+            return out
+        seg = self.active
+        if seg is None or (seg.file.size and seg.file.size + size > self.segment_bytes):
+            seg = self.active = self._new_segment(ARRIVAL, -1, now_ms)
+        base = seg.file.append(b"".join(framed))
+        if self.sync_writes:
+            seg.file.sync()
+        else:
+            self.dirty.add(seg.id)
+        self.counters[COUNTERS[0]] += size
+        n = 0
+        for i, (key, value) in enumerate(zip(raw_keys, values)):
+            if at[i] < 0:
+                continue
+            length = len(framed[n])
+            n += 1
+            out[i] = I.encode_pointer(seg.id, base + at[i], length, value)
+        changes.add(seg.id, 0, 0)  # its end moves even if every record is overwritten
+        return out
+
+    def append_long(self, day: int, records: list[tuple[bytes, bytes]], now_ms: int
+                    ) -> tuple[Segment, list[int]]:
+        """Relocation: append ``(key, value)`` records (in due order) to the open long segment
+        of ``day``; fdatasync'd before the caller re-points the index. Returns the segment and
+        each record's offset."""
+        framed = [S.frame(k, v) for k, v in records]
+        size = sum(map(len, framed))
+        seg = self.long_open.get(day)
+        if seg is None or (seg.file.size and seg.file.size + size > self.segment_bytes):
+            seg = self.long_open[day] = self._new_segment(LONG, day, now_ms)
+        base = seg.file.append(b"".join(framed))
+        seg.file.sync()
+        offsets, pos = [], base
+        for record in framed:
+            offsets.append(pos)
+            pos += len(record)
+        self.counters[COUNTERS[1]] += size
+        self.counters[COUNTERS[2]] += len(records)
+        return seg, offsets
+
+    def stage(self, changes: Changes, batch: Any) -> dict[int, tuple[int, int, int]]:
+        """Put the changed liveness rows (and counters) into ``batch``; returns the new values
+        for ``commit``. Live counts never go below zero (a bug, not a state): it raises."""
+        new: dict[int, tuple[int, int, int]] = {}
+        for seg_id, (dcount, dbytes) in changes.items():
+            seg = self.segments.get(seg_id)
+            if seg is None:
+                continue  # released already: a pointer to it was set aside as lost
+            count, nbytes = seg.live_count + dcount, seg.live_bytes + dbytes
+            if count < 0 or nbytes < 0:
+                raise CorruptRecordError(f"vlog segment {seg_id}: live count would become "
+                                         f"{count} records / {nbytes} bytes", where=seg_id)
+            end = seg.file.size if seg.file is not None else seg.end
+            new[seg_id] = (count, nbytes, end)
+            batch.put(K.segment_meta_key(seg_id),
+                      SEGMENT.pack(seg.kind, seg.day, seg.created_ms, count, nbytes, end),
+                      self._meta_h)
+        for name, value in self.counters.items():
+            batch.put(name, U64.pack(value), self._meta_h)
+        batch.put(META_NEXT_ID, U64.pack(self.next_id), self._meta_h)
+        return new
+
+    def commit(self, new: dict[int, tuple[int, int, int]]) -> None:
+        for seg_id, (count, nbytes, end) in new.items():
+            seg = self.segments.get(seg_id)
+            if seg is not None:
+                seg.live_count, seg.live_bytes, seg.end = count, nbytes, end
+
+    # -- reads ------------------------------------------------------------------------------
+    def read(self, key: bytes, pointer: I.Pointer) -> bytes:
+        """The value the pointer names; CorruptRecordError (naming segment and offset) when the
+        segment is gone, the record is short, damaged, or holds another key."""
+        seg = self.segments.get(pointer.segment)
+        where = f"vlog segment {pointer.segment} offset {pointer.offset}"
+        if seg is None or seg.file is None:
+            raise CorruptRecordError(f"{where}: the segment is missing", where=where)
+        data = seg.file.read(pointer.offset, pointer.length)
+        if len(data) < pointer.length:
+            raise CorruptRecordError(f"{where}: {len(data)} of {pointer.length} bytes on disk "
+                                     f"(the segment ends early)", where=where, raw=data)
+        stored_key, value, _ = S.parse(data, 0, where)
+        if stored_key != key:
+            raise CorruptRecordError(f"{where}: record holds key {stored_key.hex()}, the index "
+                                     f"expected {bytes(key).hex()}", where=where, raw=data)
+        return value
+
+    def will_need(self, pointers: Iterable[I.Pointer]) -> int:
+        """Prefetch hints for records due soon; returns how many ranges were hinted."""
+        n = 0
+        for p in pointers:
+            seg = self.segments.get(p.segment)
+            if seg is not None and seg.file is not None:
+                seg.file.will_need(p.offset, p.length)
+                n += 1
+        return n
+
+    # -- housekeeping -----------------------------------------------------------------------
+    def sync_dirty(self) -> None:
+        """fdatasync every segment appended to since the last call (async mode's flush)."""
+        for seg_id in list(self.dirty):
+            seg = self.segments.get(seg_id)
+            if seg is not None and seg.file is not None:
+                seg.file.sync()
+            self.dirty.discard(seg_id)
+
+    def seal_days_before(self, day: int) -> None:
+        for d in [d for d in self.long_open if d < day]:
+            del self.long_open[d]
+
+    def is_sealed(self, seg: Segment) -> bool:
+        return seg is not self.active and self.long_open.get(seg.day) is not seg
+
+    def releasable(self) -> list[Segment]:
+        return [s for s in self.segments.values()
+                if s.live_count == 0 and not s.busy and self.is_sealed(s)]
+
+    def release(self, segs: list[Segment], durable_rows: dict[int, bytes | None],
+                batch: Any) -> int:
+        """Delete the files of ``segs`` whose durable row (re-read from RocksDB after a WAL
+        sync) confirms zero live records; their rows go into ``batch``. Returns bytes freed."""
+        freed = 0
+        for seg in segs:
+            row = durable_rows.get(seg.id)
+            if row is not None and SEGMENT.unpack(row)[3] != 0:
+                log.error("vlog segment %d: memory says empty, RocksDB says %d live; kept",
+                          seg.id, SEGMENT.unpack(row)[3])
+                continue
+            if seg.file is not None:
+                seg.file.close()
+                try:
+                    seg.file.path.unlink()
+                except FileNotFoundError:
+                    pass
+            freed += seg.end
+            batch.delete(K.segment_meta_key(seg.id), self._meta_h)
+            del self.segments[seg.id]
+            self.dirty.discard(seg.id)
+            self.counters[COUNTERS[3]] += seg.end
+            self.counters[COUNTERS[4]] += 1
+        return freed
+
+    def note_lost(self, n: int) -> None:
+        self.counters[COUNTERS[5]] += n
+
+    def close(self) -> None:
+        self._meta_h = None  # a live column family handle would keep the RocksDB LOCK
+        self.sync_dirty()
+        for seg in self.segments.values():
+            if seg.file is not None:
+                seg.file.close()
+
+    def drop_caches(self) -> None:
+        """Evict every segment from the page cache (the cold-backlog benchmark)."""
+        for seg in self.segments.values():
+            if seg.file is not None:
+                seg.file.drop_cache()
+
+    # -- figures ----------------------------------------------------------------------------
+    def figures(self) -> dict[str, Any]:
+        segs = list(self.segments.values())
+        live = sum(s.live_bytes for s in segs)
+        total = sum(s.end for s in segs)
+        return {
+            "vlog_segments": len(segs),
+            "vlog_arrival_segments": sum(s.kind == ARRIVAL for s in segs),
+            "vlog_long_segments": sum(s.kind == LONG for s in segs),
+            "vlog_live_bytes": live,
+            "vlog_segment_bytes": total,
+            "vlog_live_fraction": round(live / total, 4) if total else 1.0,
+            "vlog_appended_bytes": self.counters[COUNTERS[0]],
+            "vlog_relocated_bytes": self.counters[COUNTERS[1]],
+            "vlog_relocated_count": self.counters[COUNTERS[2]],
+            "vlog_released_bytes": self.counters[COUNTERS[3]],
+            "vlog_released_segments": self.counters[COUNTERS[4]],
+            "vlog_lost": self.counters[COUNTERS[5]],
+            "vlog_short_segments": list(self.short_segments),
+            "vlog_missing_segments": list(self.missing_segments),
+        }
+
+
+def durable_rows(meta: Any, segs: list[Segment]) -> dict[int, bytes | None]:
+    keys = [K.segment_meta_key(s.id) for s in segs]
+    return {s.id: (None if v is None else bytes(v)) for s, v in zip(segs, meta.get(keys))}
+
+
+def day_of(due_ms: int) -> int:
+    return due_ms // DAY_MS
+
+
+def now_day(now_ms: int | None = None) -> int:
+    return day_of(now_ms if now_ms is not None else int(time.time() * 1000))
