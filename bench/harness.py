@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import resource
 import shutil
 import time
 import uuid
@@ -44,15 +45,18 @@ MEMORY_FS = {"tmpfs", "ramfs", "devtmpfs"}
 
 # every row has exactly these columns (zeros where a component does not apply)
 COMPONENTS = ("cl_delivery", "cl_timer_topic", "cl_level_topic", "cl_other", "consumequeue",
-              "rocks_wal", "rocks_flush", "rocks_compaction", "wheel_timerlog", "wheel_slots",
-              "wheel_checkpoint")
+              "rocks_wal", "rocks_flush", "rocks_compaction", "rocks_vlog", "rocks_relocation",
+              "wheel_timerlog", "wheel_slots", "wheel_checkpoint")
+TIMER_COMPONENTS = ("rocks_wal", "rocks_flush", "rocks_compaction", "rocks_vlog",
+                    "rocks_relocation", "wheel_timerlog", "wheel_slots", "wheel_checkpoint")
 COLUMNS = ("engine", "workload", "profile", "messages", "body_size", "shard", "shards", "seed",
            "sent", "cancelled", "delivered", "complete", "payload_bytes", "physical_bytes",
            "cancelled_write_bytes", "logical_bytes", "timer_bytes", *COMPONENTS, "rocks_user",
            "wheel_rolls", "rolls", "wa_physical", "wa_logical", "wa_timer", "peak_disk_bytes",
            "final_disk_bytes", "peak_timer_disk_bytes", "final_timer_disk_bytes",
            "peak_live_payload", "seconds", "send_seconds", "deliver_seconds", "send_per_s",
-           "deliver_per_s", "ticks", "sim_ms", "workdir")
+           "deliver_per_s", "ticks", "sim_ms", "space_amp", "rss_before_open_bytes",
+           "peak_rss_bytes", "layout", "workdir")
 
 
 def read_proc_io() -> dict[str, int]:
@@ -99,15 +103,30 @@ def disk_usage(path: Path) -> int:
     return total
 
 
+def rocks_settings(profile: str) -> dict[str, Any]:
+    """A cell's RocksDB settings from its profile label: ``vlog`` (the vlog layout with the
+    default profile), ``vlog:<profile>``, or a profile name for the ``inline`` layout."""
+    layout, _, name = profile.partition(":")
+    if layout == "vlog":
+        return {"rocksdb_layout": "vlog", "rocksdb_profile": name or BrokerConfig().rocksdb_profile}
+    return {"rocksdb_layout": "inline", "rocksdb_profile": profile}
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set so far (``ru_maxrss``, KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def cell_config(engine: str, workload: str, profile: str = "default") -> BrokerConfig:
-    """The broker settings of a cell: defaults, plus a max delay long enough for the workload."""
+    """The broker settings of a cell: defaults, plus a max delay long enough for the workload.
+    For ``rocksdb``, ``profile`` also names the layout (see ``rocks_settings``)."""
     if engine not in ENGINES:
         raise ValueError(f"engine {engine!r} is unknown; valid: {', '.join(ENGINES)}")
     if engine == "levels" and not SPECS[workload].level_shaped:
         raise ValueError(f"workload {workload!r} does not map to delay levels")
     changes: dict[str, Any] = {"timer_engine": "memory" if engine == "levels" else engine}
     if engine == "rocksdb":
-        changes["rocksdb_profile"] = profile
+        changes.update(rocks_settings(profile))
     need = SPECS[workload].max_delay_sec
     if need and need > BrokerConfig().timer_max_delay_sec:
         changes["timer_max_delay_sec"] = need
@@ -222,6 +241,7 @@ def _settle(broker: Broker) -> None:
     """Flush everything still in memory, then let background compaction finish."""
     timer = broker.timer
     if broker.config.timer_engine == "rocksdb":
+        timer.wait_for_maintenance()  # a relocation still copying
         timer.flush()
         timer.wait_for_compactions(quiet_ms=500, timeout_ms=300_000)
     elif hasattr(timer, "flush"):
@@ -242,7 +262,8 @@ def _components(stats: dict[str, Any]) -> dict[str, int]:
                consumequeue=cl["consumequeue_bytes"])
     if stats["engine"] == "rocksdb":
         out.update(rocks_wal=tb.get("wal", 0), rocks_flush=tb.get("flush", 0),
-                   rocks_compaction=tb.get("compaction", 0))
+                   rocks_compaction=tb.get("compaction", 0), rocks_vlog=tb.get("vlog", 0),
+                   rocks_relocation=tb.get("vlog_relocation", 0))
     elif stats["engine"] == "wheel":
         out.update(wheel_timerlog=tb.get("timerlog", 0), wheel_slots=tb.get("wheel", 0),
                    wheel_checkpoint=tb.get("checkpoint", 0) + tb.get("metrics", 0))
@@ -272,6 +293,7 @@ def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
     row: dict[str, Any] = {}
     try:
         cell = _Cell(engine, wl, broker, clock)
+        row["rss_before_open_bytes"] = peak_rss_bytes()  # the workload's own lists included
         complete = _drive(cell, workload, config.timer_precision_ms)
         cell.sample_disk()
         if on_delivered is not None:
@@ -280,9 +302,7 @@ def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
         cell.sample_disk()
         stats = broker.stats()
         comps = _components(stats)
-        timer_outside = (comps["rocks_wal"] + comps["rocks_flush"] + comps["rocks_compaction"]
-                         + comps["wheel_timerlog"] + comps["wheel_slots"]
-                         + comps["wheel_checkpoint"])
+        timer_outside = sum(comps[c] for c in TIMER_COMPONENTS)
         timer_bytes = comps["cl_timer_topic"] + comps["cl_level_topic"] + timer_outside
         logical = (sum(comps[c] for c in ("cl_delivery", "cl_timer_topic", "cl_level_topic",
                                           "cl_other", "consumequeue")) + timer_outside)
@@ -303,6 +323,9 @@ def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
         row["final_timer_disk_bytes"] = disk_usage(cell.timer_dir) if cell.timer_dir else 0
         row["peak_timer_disk_bytes"] = max(cell.peak_timer_disk, row["final_timer_disk_bytes"])
         row["peak_live_payload"] = cell.peak_live
+        # the timer store's own disk (RocksDB dir, vlog segments, or wheel files) per live byte
+        row["space_amp"] = row["peak_timer_disk_bytes"] / max(1, cell.peak_live)
+        row["layout"] = stats["timer"].get("layout", "-")
         if after is not None:
             after(broker, row)
     finally:
@@ -313,7 +336,7 @@ def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
     row.update(physical_bytes=io_after["write_bytes"] - io_before["write_bytes"],
                cancelled_write_bytes=(io_after["cancelled_write_bytes"]
                                       - io_before["cancelled_write_bytes"]),
-               seconds=round(seconds, 3))
+               seconds=round(seconds, 3), peak_rss_bytes=peak_rss_bytes())
     row.update(wa_physical=row["physical_bytes"] / payload,
                wa_logical=row["logical_bytes"] / payload, wa_timer=row["timer_bytes"] / payload,
                send_per_s=row["sent"] / row["send_seconds"] if row["send_seconds"] else 0.0,

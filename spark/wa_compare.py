@@ -80,9 +80,14 @@ def check_args(args: argparse.Namespace) -> None:
     if bad:
         raise ValueError(f"unknown engine(s) {', '.join(bad)}; valid: {', '.join(ENGINES)}")
     from rocks_timer.timer.rocksdb.profiles import PROFILES
-    bad = [p for p in args.profiles if p not in PROFILES]
+    def known(label: str) -> bool:  # a profile, "vlog", or "vlog:<profile>"
+        layout, _, name = label.partition(":")
+        return label in PROFILES or (layout == "vlog" and (not name or name in PROFILES))
+
+    bad = [p for p in args.profiles if not known(p)]
     if bad:
-        raise ValueError(f"unknown profile(s) {', '.join(bad)}; valid: {', '.join(PROFILES)}")
+        raise ValueError(f"unknown profile(s) {', '.join(bad)}; valid: {', '.join(PROFILES)}, "
+                         f"vlog, vlog:<profile>")
     if args.messages < 1 or args.partitions < 1 or args.body_size < 0:
         raise ValueError("--messages and --partitions must be >= 1, --body-size >= 0")
 

@@ -13,7 +13,7 @@ if str(ROOT) not in sys.path:
 
 from rocks_timer import Broker, BrokerConfig, ManualClock  # noqa: E402
 
-from engine_helpers import START_MS  # noqa: E402
+from engine_helpers import START_MS, engine_settings  # noqa: E402
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def make_broker(tmp_path, clock):
     opened: list[Broker] = []
 
     def make(engine: str = "memory", path: Path | None = None, **overrides) -> Broker:
-        config = BrokerConfig(timer_engine=engine, **overrides).validate()
+        config = BrokerConfig(**{**engine_settings(engine), **overrides}).validate()
         broker = Broker.open(path or tmp_path / f"data-{engine}", config, clock=clock)
         opened.append(broker)
         return broker

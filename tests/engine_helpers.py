@@ -2,8 +2,18 @@
 from __future__ import annotations
 
 START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z, the suite's manual clock start
-ENGINES = ["memory", "rocksdb", "wheel"]
-DURABLE_ENGINES = ["rocksdb", "wheel"]
+# "rocksdb" is the engine with its default layout (vlog); "rocksdb-inline" the older layout
+ENGINES = ["memory", "rocksdb", "rocksdb-inline", "wheel"]
+DURABLE_ENGINES = ["rocksdb", "rocksdb-inline", "wheel"]
+
+
+def engine_settings(engine: str) -> dict:
+    """BrokerConfig settings of an engine name used by the tests ("rocksdb-<layout>")."""
+    name, _, layout = engine.partition("-")
+    settings = {"timer_engine": name}
+    if layout:
+        settings["rocksdb_layout"] = layout
+    return settings
 
 
 def drive(broker, clock, until_ms: int, step_ms: int = 100) -> int:
