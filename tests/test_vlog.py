@@ -1,0 +1,221 @@
+"""The ``vlog`` layout of the RocksDB engine (DESIGN §6b): value segments, liveness, release,
+one-shot relocation, and containment of damaged segment bytes. Real RocksDB, real files."""
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from rocks_timer import BrokerConfig
+from rocks_timer.errors import CorruptRecordError
+from rocks_timer.timer.rocksdb import RocksTimerStore
+from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb import segments as S
+from rocks_timer.timer.rocksdb.vlog import DAY_MS, LONG
+from rocks_support import BIG, T0, msg, rec  # noqa: F401
+
+SMALL_SEGMENTS = BrokerConfig(vlog_segment_bytes=64 << 10, rocksdb_layout="vlog")
+
+
+def body(i: int, size: int = 1000) -> bytes:
+    """Seeded incompressible bytes (lz4 would shrink a pattern below the inline threshold)."""
+    return f"{i:08d}".encode() + random.Random(i).randbytes(size - 8)
+
+
+def open_vlog(path: Path, **changes) -> RocksTimerStore:
+    return RocksTimerStore.open(path, SMALL_SEGMENTS.replace(**changes))
+
+
+def deliver_all(store: RocksTimerStore, now_ms: int) -> list:
+    out = []
+    while True:
+        due = store.claim_due(now_ms, 500, BIG)
+        if not due:
+            return out
+        store.complete(due, None)
+        out.extend(due)
+
+
+def segment_files(path: Path) -> list[Path]:
+    return sorted((path / "vlog").glob("*.vlog"))
+
+
+@pytest.fixture
+def path(tmp_path):
+    return tmp_path / "timer"
+
+
+def test_a_new_store_is_vlog_and_an_inline_store_stays_inline(tmp_path):
+    with RocksTimerStore.open(tmp_path / "a", BrokerConfig()) as store:
+        assert store.layout == "vlog" and store.stats().extra["layout"] == "vlog"
+    with RocksTimerStore.open(tmp_path / "b", BrokerConfig(rocksdb_layout="inline")) as store:
+        store.schedule([rec(1, T0 + 10, body=body(1))], T0)
+    with RocksTimerStore.open(tmp_path / "b", BrokerConfig()) as store:  # default says vlog
+        assert store.layout == "inline"
+        [got] = deliver_all(store, T0 + 10)
+        assert got.message.body == body(1)
+
+
+def test_large_bodies_go_to_segments_small_ones_stay_in_the_index(path):
+    with open_vlog(path) as store:
+        store.schedule([rec(1, T0 + 5, body=b"tiny"), rec(2, T0 + 5, body=body(2))], T0)
+        values = [bytes(v) for v in store._timer.values()]
+        assert sorted(I.is_pointer(v) for v in values) == [False, True]
+        [entry] = [e for e in store.scan() if e.msg_id == f"{2:032X}"]
+        assert (entry.size, entry.queue_id, entry.tags) == (1000, 2, "T2")  # from the pointer
+        got = deliver_all(store, T0 + 5)
+        assert sorted(r.message.body for r in got) == sorted([b"tiny", body(2)])
+        assert store.check()["problems"] == []
+
+
+def test_segments_roll_and_are_deleted_once_every_record_is_gone(path):
+    with open_vlog(path) as store:
+        for start in range(0, 400, 50):
+            store.schedule([rec(i, T0 + 1000 + i, body=body(i)) for i in range(start, start + 50)],
+                           T0)
+        assert len(segment_files(path)) >= 6
+        got = deliver_all(store, T0 + 2000)
+        assert sorted(int(r.message.body[:8]) for r in got) == list(range(400))
+        store.maintain(T0 + 2000)
+        store.wait_for_maintenance()
+        assert len(segment_files(path)) == 1  # only the open arrival segment is left
+        figures = store.stats().extra
+        assert figures["vlog_released_segments"] >= 5 and figures["vlog_live_bytes"] == 0
+        assert store.check()["problems"] == []
+
+
+def test_sparse_segments_are_relocated_once_into_due_day_segments(path):
+    with open_vlog(path, vlog_reclaim_live_pct=50) as store:
+        # each batch: 40 due today, 10 due in 3 days; deliver today's, leaving 20% live
+        for start in range(0, 300, 50):
+            records = [rec(i, T0 + 100 + i if i % 5 else T0 + 3 * DAY_MS + i, body=body(i))
+                       for i in range(start, start + 50)]
+            store.schedule(records, T0)
+        store.schedule([rec(999, T0 + 4 * DAY_MS, body=body(999, 20_000))], T0)  # seal the last
+        today = deliver_all(store, T0 + 1000)
+        assert len(today) == 240
+        report = store.relocate(T0 + 1000)
+        assert report["relocated_records"] == 60 and report["released_bytes"] > 0
+        kinds = {seg.kind for seg in store.vlog.segments.values() if seg.live_count}
+        assert LONG in kinds
+        assert store.check()["problems"] == []
+        assert store.relocate(T0 + 1000)["relocated_records"] == 0  # long segments stay
+        moved = store.stats().extra["vlog_relocated_count"]
+        assert moved == 60
+        # a relocated record can still be cancelled, the rest are delivered intact
+        victim = next(e for e in store.scan(limit=500) if e.msg_id == f"{5:032X}")
+        assert store.cancel(victim.handle, T0 + 1000) is True
+        later = deliver_all(store, T0 + 5 * DAY_MS)
+        assert sorted(int(r.message.body[:8]) for r in later) == (
+            [i for i in range(0, 300, 5) if i != 5] + [999])
+        assert all(r.message.body == body(int(r.message.body[:8]), len(r.message.body))
+                   for r in later)
+        assert store.check()["problems"] == []
+
+
+def test_a_retried_send_keeps_one_live_copy(path):
+    with open_vlog(path) as store:
+        store.schedule([rec(1, T0 + 50, body=body(1))], T0)
+        store.schedule([rec(1, T0 + 50, body=body(1)), rec(1, T0 + 50, body=body(1))], T0)
+        assert store.pending_count() == 1
+        assert sum(s.live_count for s in store.vlog.segments.values()) == 1
+        assert store.check()["problems"] == []
+
+
+def test_an_unindexed_tail_is_cut_on_open(path):
+    with open_vlog(path) as store:
+        store.schedule([rec(i, T0 + 10, body=body(i)) for i in range(5)], T0)
+    [seg] = segment_files(path)
+    size = seg.stat().st_size
+    with open(seg, "ab") as fh:  # a crash after the append, before the index batch
+        fh.write(S.frame(b"k" * 30, b"v" * 500)[:300])
+    with open_vlog(path) as store:
+        assert seg.stat().st_size == size
+        assert len(deliver_all(store, T0 + 10)) == 5
+        assert store.check()["problems"] == []
+
+
+def test_a_flipped_byte_sets_that_record_aside_and_delivers_the_rest(path):
+    with open_vlog(path) as store:
+        store.schedule([rec(i, T0 + 10 + i, body=body(i)) for i in range(10)], T0)
+        pointer = I.pointer_or_none(bytes(store._timer.get(
+            next(k for k in store._timer.keys() if k.endswith(bytes.fromhex(f"{4:032X}"))))))
+    [seg] = segment_files(path)
+    with open(seg, "r+b") as fh:
+        fh.seek(pointer.offset + pointer.length - 7)
+        byte = fh.read(1)
+        fh.seek(-1, os.SEEK_CUR)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    with open_vlog(path) as store:
+        problems = store.check()["problems"]
+        assert len(problems) == 1 and "CRC" in problems[0]
+        got = deliver_all(store, T0 + 100)
+        assert sorted(int(r.message.body[:8]) for r in got) == [0, 1, 2, 3, 5, 6, 7, 8, 9]
+        extra = store.stats().extra
+        assert extra["corrupt"] == 1 and extra["vlog_lost"] == 1
+        assert len(list(store._corrupt.keys())) == 1  # kept, with its pointer, for inspection
+        assert store.check()["problems"] == []
+
+
+def test_a_segment_cut_short_by_a_power_cut_is_reported_not_a_crash(path):
+    with open_vlog(path) as store:
+        store.schedule([rec(i, T0 + 10 + i, body=body(i)) for i in range(10)], T0)
+    [seg] = segment_files(path)
+    os.truncate(seg, seg.stat().st_size - 1500)  # the last record and a half are gone
+    with open_vlog(path) as store:
+        assert store.stats().extra["vlog_short_segments"] == [1]
+        got = deliver_all(store, T0 + 100)
+        assert sorted(int(r.message.body[:8]) for r in got) == list(range(8))
+        assert store.stats().extra["vlog_lost"] == 2
+
+
+def test_a_missing_segment_is_reported_and_its_records_set_aside(path):
+    with open_vlog(path) as store:
+        store.schedule([rec(i, T0 + 10, body=body(i)) for i in range(3)], T0)
+        store.schedule([rec(9, T0 + 10, body=b"small")], T0)
+    for seg in segment_files(path):
+        seg.unlink()
+    with open_vlog(path) as store:
+        assert store.stats().extra["vlog_missing_segments"] == [1]
+        got = deliver_all(store, T0 + 10)
+        assert [r.message.body for r in got] == [b"small"]
+        assert store.stats().extra["corrupt"] == 3
+
+
+def test_relocation_walks_past_a_damaged_record(tmp_path):
+    seg = S.SegmentFile(tmp_path, 1)
+    records = [S.frame(f"key{i}".encode(), body(i, 300)) for i in range(5)]
+    seg.append(b"".join(records))
+    damaged_at = len(records[0]) + len(records[1]) + 3  # a length byte of record 2
+    with open(seg.path, "r+b") as fh:
+        fh.seek(damaged_at)
+        fh.write(b"\xff")
+    damaged: list = []
+    keys = [key for _, key, _, _ in S.iter_records(seg, seg.size, damaged)]
+    assert keys == [b"key0", b"key1", b"key3", b"key4"]
+    assert len(damaged) == 1 and damaged[0][0] == len(records[0]) + len(records[1])
+    seg.close()
+
+
+def test_record_framing_round_trips_and_detects_damage():
+    record = S.frame(b"key", b"value")
+    assert len(record) == S.SIZE + 8
+    assert S.parse(record, 0, "t")[:2] == (b"key", b"value")
+    for at in range(len(record)):
+        bad = bytearray(record)
+        bad[at] ^= 0x01
+        with pytest.raises(CorruptRecordError):
+            S.parse(bytes(bad), 0, "t")
+
+
+def test_vlog_settings_load_from_broker_conf_and_are_checked(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("rocksdbLayout=inline\nvlogReclaimLivePct=40\nvlogSegmentBytes=1048576\n")
+    config = BrokerConfig.load(conf)
+    assert (config.rocksdb_layout, config.vlog_reclaim_live_pct) == ("inline", 40)
+    with pytest.raises(Exception, match="vlog_reclaim_live_pct"):
+        BrokerConfig(vlog_reclaim_live_pct=101).validate()
+    with pytest.raises(Exception, match="rocksdb_layout"):
+        BrokerConfig(rocksdb_layout="blobby").validate()
