@@ -1,7 +1,12 @@
 """Crash soak for the RocksDB engine: ``kill -9`` a broker in the middle of send / cancel /
 deliver, restart, and check exactly-once delivery.
 
-    python -m bench.crash --trials 200          # the soak; prints counts, writes JSON
+    python -m bench.crash --trials 200                    # the soak (vlog layout, the default)
+    python -m bench.crash --trials 200 --layout inline    # the inline layout
+
+In the ``vlog`` layout every other trial forces relocation to run often: 64 KiB value segments,
+θ = 90% and delays up to 3 s, so records are relocated (and segments released) while the child
+is killed. After the last trial the store's invariant check (liveness rows = index) must pass.
 
 A child process runs a Broker (real clock, background delivery) and prints a line after each
 acknowledged step: ``ACK <topic> <msg_id> <handle>``, ``CANCELLING <msg_id>`` before a cancel and
@@ -27,11 +32,22 @@ from pathlib import Path
 TOPICS = ("orders", "payments")
 
 
-def child(data_dir: str, seed: int) -> None:
-    from rocks_timer import Broker, BrokerConfig, Message
+def child_config(layout: str, heavy: bool):
+    from rocks_timer import BrokerConfig
+
+    config = BrokerConfig(timer_engine="rocksdb", timer_precision_ms=10, timer_deliver_batch=64,
+                          rocksdb_layout=layout)
+    if heavy:  # relocation runs often: small segments, a high θ
+        config = config.replace(vlog_segment_bytes=64 << 10, vlog_reclaim_live_pct=90)
+    return config
+
+
+def child(data_dir: str, seed: int, layout: str, heavy: bool) -> None:
+    from rocks_timer import Broker, Message
 
     rng = random.Random(seed)
-    config = BrokerConfig(timer_engine="rocksdb", timer_precision_ms=10, timer_deliver_batch=64)
+    config = child_config(layout, heavy)
+    max_delay = 3_000 if heavy else 300
     with Broker.open(data_dir, config) as broker:
         broker.start()
         print("READY", flush=True)
@@ -39,7 +55,7 @@ def child(data_dir: str, seed: int) -> None:
         while True:
             batch = [Message(rng.choice(TOPICS), os.urandom(rng.randint(10, 400)))
                      for _ in range(rng.randint(1, 20))]
-            for r in broker.send_batch(batch, delay_ms=rng.randint(0, 300)):
+            for r in broker.send_batch(batch, delay_ms=rng.randint(0, max_delay)):
                 print(f"ACK {r.topic} {r.msg_id} {r.handle}", flush=False)
                 handles.append((r.msg_id, r.handle))
             sys.stdout.flush()
@@ -67,9 +83,12 @@ class Ledger:
                 (self.cancelled_true if parts[2] == "True" else self.cancelled_false).add(parts[1])
 
 
-def run_trial(data_dir: Path, seed: int, ledger: Ledger, rng: random.Random) -> float:
+def run_trial(data_dir: Path, seed: int, ledger: Ledger, rng: random.Random,
+              layout: str = "vlog", heavy: bool = False) -> float:
     proc = subprocess.Popen([sys.executable, "-m", "bench.crash", "--child", str(data_dir),
-                             "--seed", str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             "--seed", str(seed), "--layout", layout]
+                            + (["--heavy"] if heavy else []),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             cwd=Path(__file__).resolve().parent.parent)
     started = time.monotonic()
     assert proc.stdout is not None
@@ -85,10 +104,10 @@ def run_trial(data_dir: Path, seed: int, ledger: Ledger, rng: random.Random) -> 
     return time.monotonic() - started
 
 
-def verify(data_dir: Path, ledger: Ledger) -> dict:
-    from rocks_timer import Broker, BrokerConfig
+def verify(data_dir: Path, ledger: Ledger, layout: str = "vlog") -> dict:
+    from rocks_timer import Broker
 
-    with Broker.open(data_dir, BrokerConfig(timer_engine="rocksdb")) as broker:
+    with Broker.open(data_dir, child_config(layout, False)) as broker:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             broker.tick()
@@ -102,6 +121,9 @@ def verify(data_dir: Path, ledger: Ledger) -> dict:
                 seen.update(m.msg_id for m in page)
                 offset = page[-1].queue_offset + 1
         pending = broker.stats()["pending"]
+        broker.timer.wait_for_maintenance()
+        problems = broker.timer.check()["problems"]
+        timer_figures = broker.timer.stats().extra
     must = {i for i in ledger.acked if i not in ledger.cancelled_true and i not in ledger.cancelling}
     return {
         "acknowledged": len(ledger.acked),
@@ -112,19 +134,26 @@ def verify(data_dir: Path, ledger: Ledger) -> dict:
         "duplicated": sorted(i for i, n in seen.items() if n > 1),
         "cancelled_but_delivered": sorted(i for i in ledger.cancelled_true if seen[i]),
         "left_pending": pending,
+        "check_problems": problems,
+        "layout": timer_figures.get("layout"),
+        "vlog_relocated_count": timer_figures.get("vlog_relocated_count", 0),
+        "vlog_released_segments": timer_figures.get("vlog_released_segments", 0),
+        "corrupt": timer_figures.get("corrupt", 0),
     }
 
 
-def soak(data_dir: Path, trials: int, seed: int) -> dict:
+def soak(data_dir: Path, trials: int, seed: int, layout: str = "vlog") -> dict:
     rng = random.Random(seed)
     ledger = Ledger()
     started = time.monotonic()
     for trial in range(trials):
-        run_trial(data_dir, seed * 100_003 + trial, ledger, rng)
-    report = verify(data_dir, ledger)
+        heavy = layout == "vlog" and trial % 2 == 1
+        run_trial(data_dir, seed * 100_003 + trial, ledger, rng, layout, heavy)
+    report = verify(data_dir, ledger, layout)
     report.update(trials=trials, seed=seed, seconds=round(time.monotonic() - started, 1))
     report["ok"] = not (report["missing"] or report["duplicated"]
-                        or report["cancelled_but_delivered"] or report["left_pending"])
+                        or report["cancelled_but_delivered"] or report["left_pending"]
+                        or report["check_problems"])
     return report
 
 
@@ -134,16 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--data-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=Path("bench/results/crash.json"))
+    parser.add_argument("--layout", choices=("vlog", "inline"), default="vlog")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--heavy", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.seed)
+        child(args.child, args.seed, args.layout, args.heavy)
         return 0
     import tempfile
     scratch = Path(__file__).resolve().parent / "results" / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="rtimer-crash-", dir=scratch))
-    report = soak(data_dir, args.trials, args.seed)
+    report = soak(data_dir, args.trials, args.seed, args.layout)
     summary = {k: (len(v) if isinstance(v, list) else v) for k, v in report.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")

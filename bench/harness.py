@@ -24,6 +24,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.workloads import SPECS, Workload
 from rocks_timer.broker import Broker
 from rocks_timer.clock import ManualClock
@@ -133,18 +135,63 @@ def cell_config(engine: str, workload: str, profile: str = "default") -> BrokerC
     return BrokerConfig(**changes).validate()
 
 
+def _dues_and_topics(wl: Workload, topics: set[str]):
+    for op in wl:
+        topics.add(op.topic)
+        if not op.cancel:
+            yield op.due_ms
+
+
+class _Dues:
+    """The due times still expected: a sorted array, plus the few added back by failed cancels."""
+
+    def __init__(self, sorted_dues: np.ndarray) -> None:
+        self.array = sorted_dues
+        self.extra: list[int] = []
+
+    def add(self, due_ms: int) -> None:
+        bisect.insort(self.extra, due_ms)
+
+    def __len__(self) -> int:
+        return len(self.array) + len(self.extra)
+
+    def count_upto(self, ms: int) -> int:
+        return int(np.searchsorted(self.array, ms, side="right")) + bisect.bisect_right(
+            self.extra, ms)
+
+    def next_after(self, ms: int) -> int | None:
+        i = int(np.searchsorted(self.array, ms, side="right"))
+        j = bisect.bisect_right(self.extra, ms)
+        found = [v for v in ((int(self.array[i]) if i < len(self.array) else None),
+                             (self.extra[j] if j < len(self.extra) else None)) if v is not None]
+        return min(found) if found else None
+
+    def last(self) -> int:
+        values = [0] + self.extra[-1:]
+        if len(self.array):
+            values.append(int(self.array[-1]))
+        return max(values)
+
+
 class _Cell:
     """The running state of one cell: broker, clock, workload queues and counters."""
 
     def __init__(self, engine: str, wl: Workload, broker: Broker, clock: ManualClock):
         self.engine, self.wl, self.broker, self.clock = engine, wl, broker, clock
-        self.ops = list(wl)
-        self.topics = sorted({op.topic for op in self.ops})
+        # the operations are streamed (a gigabyte cell has millions): one pass for the due
+        # times (a sorted numpy array, 8 bytes each) and topics, then a second while sending
+        self.count = len(wl)
+        topics: set[str] = set()
+        dues = np.fromiter(_dues_and_topics(wl, topics), dtype=np.int64)
+        dues.sort()
+        self.topics = sorted(topics)
+        self._ops = iter(wl)
+        self._head = next(self._ops, None)
         self.next_send = 0
         self.sent = self.cancelled = self.payload = 0
         # due times (ms after t0) of the messages to deliver, sorted; an unsent message is due
         # after now, so it never counts as late. A cancel that fails adds its due time back.
-        self.dues: list[int] = sorted(op.due_ms for op in self.ops if not op.cancel)
+        self.dues = _Dues(dues)
         self.send_s = self.deliver_s = 0.0
         self.ticks = 0
         self.peak_disk = self.peak_timer_disk = self.peak_live = 0
@@ -157,13 +204,13 @@ class _Cell:
     def send_until(self, rel_ms: int) -> None:
         """Send (and cancel) every operation whose send time is <= ``rel_ms``."""
         started = time.perf_counter()
-        ops = self.ops
-        while self.next_send < len(ops) and ops[self.next_send].send_ms <= rel_ms:
-            end = self.next_send
-            while end < len(ops) and end - self.next_send < SEND_CHUNK \
-                    and ops[end].send_ms <= rel_ms:
-                end += 1
-            chunk = ops[self.next_send:end]
+        while self._head is not None and self._head.send_ms <= rel_ms:
+            chunk = []
+            while self._head is not None and len(chunk) < SEND_CHUNK \
+                    and self._head.send_ms <= rel_ms:
+                chunk.append(self._head)
+                self._head = next(self._ops, None)
+            end = self.next_send + len(chunk)
             messages = [self._message(op) for op in chunk]
             results = self.broker.send_batch(messages)
             self.payload += sum(m.payload_size for m in messages)
@@ -174,7 +221,7 @@ class _Cell:
                 if result.handle is not None and self.broker.cancel(result.handle):
                     self.cancelled += 1
                 else:
-                    bisect.insort(self.dues, op.due_ms)
+                    self.dues.add(op.due_ms)
             self.next_send = end
         self.send_s += time.perf_counter() - started
 
@@ -209,21 +256,21 @@ def _drive(cell: _Cell, workload: str, precision_ms: int) -> bool:
     active_ms, idle_ms = STEPS_MS[workload]
     lag_ms = 2 * precision_ms
     clock, now = cell.clock, T0_MS
-    give_up_ms = T0_MS + max(op.due_ms for op in cell.ops) + 86_400_000 if cell.ops else T0_MS
+    give_up_ms = T0_MS + cell.dues.last() + 86_400_000 if cell.count else T0_MS
     while True:
         rel = now - T0_MS
-        was_sending = cell.next_send < len(cell.ops)
+        was_sending = cell.next_send < cell.count
         cell.send_until(rel)
-        if was_sending and cell.next_send == len(cell.ops):
+        if was_sending and cell.next_send == cell.count:
             cell.sample_disk()  # the most messages are pending right after the last send
-        expected = bisect.bisect_right(cell.dues, rel - lag_ms)
+        expected = cell.dues.count_upto(rel - lag_ms)
         done = cell.delivered()
         for _ in range(MAX_TICKS_SAME_TIME):
             moved = cell.tick(now)
             done = cell.delivered()
             if done >= expected or not moved:
                 break
-        sending = cell.next_send < len(cell.ops)
+        sending = cell.next_send < cell.count
         if not sending and done >= len(cell.dues):
             return True
         if now > give_up_ms:
@@ -231,8 +278,8 @@ def _drive(cell: _Cell, workload: str, precision_ms: int) -> bool:
         if sending:
             step = SEND_STEP_MS
         else:
-            nxt = bisect.bisect_right(cell.dues, rel - lag_ms)
-            wait = cell.dues[nxt] + lag_ms - rel if nxt < len(cell.dues) else idle_ms
+            nxt = cell.dues.next_after(rel - lag_ms)
+            wait = nxt + lag_ms - rel if nxt is not None else idle_ms
             step = min(idle_ms, max(active_ms, wait))
         now = clock.set(now + step)
 
@@ -308,7 +355,7 @@ def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
                                           "cl_other", "consumequeue")) + timer_outside)
         tb = stats["timer"].get("bytes_written", {})
         delivered = cell.delivered()
-        row.update(engine=engine, workload=workload, profile=profile, messages=len(cell.ops),
+        row.update(engine=engine, workload=workload, profile=profile, messages=cell.count,
                    body_size=body_size, shard=shard, shards=shards, seed=seed, sent=cell.sent,
                    cancelled=cell.cancelled, delivered=delivered,
                    complete=bool(complete and delivered == cell.sent - cell.cancelled),

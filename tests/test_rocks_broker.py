@@ -87,3 +87,4 @@ def test_kill_9_exactly_once(tmp_path):
     assert report["acknowledged"] > 100
     assert report["missing"] == [] and report["duplicated"] == []
     assert report["cancelled_but_delivered"] == [] and report["left_pending"] == 0
+    assert report["check_problems"] == [] and report["layout"] == "vlog"
