@@ -148,7 +148,12 @@ def compact(broker: Broker, data_dir: Path) -> dict[str, Any]:
     run = getattr(timer, "compact", None)
     if run is None:
         return {"engine": timer.name, "profile": profile, "compacted": False}
-    return {"engine": timer.name, "profile": profile, "compacted": True, **run()}
+    result = {"engine": timer.name, "profile": profile, "compacted": True, **run()}
+    relocate = getattr(timer, "relocate", None)
+    if getattr(timer, "layout", None) == "vlog" and relocate is not None:
+        result["layout"] = "vlog"
+        result["vlog"] = relocate(broker.clock.now_ms())  # sparse segments moved, empty released
+    return result
 
 
 OPS: dict[str, Callable[..., Any]] = {

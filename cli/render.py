@@ -106,6 +106,23 @@ def stats(figures: dict[str, Any]) -> None:
                                     f"{timer.get('num_running_compactions')}, stalls "
                                     f"{timer.get('stall_micros')} us"))
         lines.append(("cursor", format_ms(timer.get("cursor_due_ms"))))
+        lines.append(("layout", timer.get("layout", "inline")))
+        if timer.get("layout") == "vlog":
+            lines.append(("vlog", f"{timer['vlog_segments']} segment(s) "
+                                  f"({timer['vlog_arrival_segments']} arrival, "
+                                  f"{timer['vlog_long_segments']} long), live "
+                                  f"{size(timer['vlog_live_bytes'])} of "
+                                  f"{size(timer['vlog_segment_bytes'])} "
+                                  f"({timer['vlog_live_fraction']:.0%})"))
+            lines.append(("", f"relocated {size(timer['vlog_relocated_bytes'])} "
+                              f"({timer['vlog_relocated_count']} records), reclaimed "
+                              f"{size(timer['vlog_released_bytes'])} "
+                              f"({timer['vlog_released_segments']} segments), set aside "
+                              f"{timer['vlog_lost']}"))
+            damaged = timer["vlog_short_segments"] + timer["vlog_missing_segments"]
+            if damaged:
+                lines.append(("DAMAGED", f"value segments short or missing: {damaged} "
+                                         f"(their records are set aside when due)"))
     log = figures["commitlog"]
     lines.append(("commitlog", f"{size(log['max_offset'] - log['min_offset'])} held, offsets "
                                f"{log['min_offset']}..{log['max_offset']}, "
@@ -122,3 +139,8 @@ def compacted(result: dict[str, Any]) -> None:
     click.echo(f"compacted the {result['engine']} timer store{profile}: live SST "
                f"{size(result['before_live_sst_bytes'])} -> "
                f"{size(result['after_live_sst_bytes'])} in {result['seconds']} s")
+    if result.get("vlog"):
+        vlog = result["vlog"]
+        click.echo(f"vlog: relocated {vlog['relocated_records']} records from "
+                   f"{vlog['segments']} sparse segment(s), released "
+                   f"{size(vlog['released_bytes'])}")
