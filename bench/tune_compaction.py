@@ -1,4 +1,5 @@
-"""Compaction tuning: every RocksDB profile x workload as one Spark task, ranked.
+"""Compaction tuning: every RocksDB profile (and the ``vlog`` layout) x workload as one Spark
+task, ranked.
 
     python -m bench.tune_compaction --messages 20000 --out bench/results/tune
     rtimer bench tune --messages 20000 --out DIR
@@ -35,7 +36,7 @@ WEIGHTS = {"wa_timer": 2.0, "space_amp": 1.0, "send_per_s": 1.0, "deliver_per_s"
 HIGHER_IS_BETTER = {"send_per_s", "deliver_per_s"}
 _CPU = re.compile(r"^rocksdb\.compaction\.times\.cpu_micros .*?COUNT : (\d+) SUM : (\d+)", re.M)
 EXTRA = ("claim_us_unsettled", "first_us_unsettled", "claim_us", "first_us", "compaction_cpu_s",
-         "compactions", "space_amp")
+         "compactions")  # space_amp is a harness column (peak timer disk / peak live payload)
 
 
 def _median_us(fn) -> float:
@@ -106,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.tune_compaction", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser, workloads="short,day,burst,cancel", messages=20_000,
-                         profiles=",".join(PROFILES))
+                         profiles=",".join([*PROFILES, "vlog"]))
     return parser
 
 
@@ -126,7 +127,8 @@ def run(spark, args: argparse.Namespace | Sequence[str]) -> dict[str, Path]:
     frame = pd.DataFrame(rows, columns=list(COLUMNS) + list(EXTRA))
     sums = ["payload_bytes", "physical_bytes", "timer_bytes", "sent", "delivered",
             "send_seconds", "deliver_seconds", "peak_timer_disk_bytes", "peak_live_payload",
-            "final_timer_disk_bytes", "rocks_wal", "rocks_flush", "rocks_compaction"]
+            "final_timer_disk_bytes", "rocks_wal", "rocks_flush", "rocks_compaction",
+            "rocks_vlog", "rocks_relocation"]
     firsts = ["claim_us_unsettled", "first_us_unsettled", "claim_us", "first_us",
               "compaction_cpu_s", "compactions"]
     agg = frame.groupby(["profile", "workload"], as_index=False).agg(
