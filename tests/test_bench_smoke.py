@@ -6,7 +6,9 @@ import json
 
 from bench import commitlog as bench_commitlog
 from bench import page_cache as bench_page_cache
+from bench import cold_backlog as bench_cold
 from bench import rocks as bench_rocks
+from bench import scale as bench_scale
 
 
 def test_bench_commitlog_smoke(tmp_path, capsys):
@@ -40,3 +42,23 @@ def test_bench_rocks_smoke(tmp_path, capsys):
     assert report["burst"]["messages"] == 2000 and report["burst"]["peak_rss_mb"] > 0
     assert report["send"]["batch100"]["store_msgs_per_s"] > 0
     assert "empty tick" in capsys.readouterr().out
+
+
+def test_bench_cold_backlog_smoke(tmp_path, capsys):
+    assert bench_cold.main(["--gb", "0.005", "--rate", "200", "--seconds", "1",
+                            "--no-system-drop", "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "cold_backlog.json").read_text())
+    assert report["delivered"] == report["window"] == 200 and report["early"] == 0
+    assert report["page_cache_dropped"] is False  # the smoke test leaves the kernel's cache alone
+
+
+def test_bench_scale_smoke(tmp_path, capsys):
+    assert bench_scale.main(["--messages", "2000", "--workloads", "day", "--profiles",
+                             "default,vlog", "--out", str(tmp_path / "out"),
+                             "--workdir", str(tmp_path / "work")]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "out" / "rows.jsonl").read_text().splitlines()]
+    assert [(r["profile"], r["layout"]) for r in rows] == [("default", "inline"), ("vlog", "vlog")]
+    assert all(r["complete"] and r["peak_rss_bytes"] > 0 for r in rows)
+    vlog = rows[1]
+    assert vlog["rocks_vlog"] >= vlog["payload_bytes"] > vlog["rocks_wal"]
+    assert "| day | vlog |" in (tmp_path / "out" / "summary.md").read_text()
