@@ -38,7 +38,8 @@ def child_config(layout: str, heavy: bool):
     config = BrokerConfig(timer_engine="rocksdb", timer_precision_ms=10, timer_deliver_batch=64,
                           rocksdb_layout=layout)
     if heavy:  # relocation runs often: small segments, a high θ
-        config = config.replace(vlog_segment_bytes=64 << 10, vlog_reclaim_live_pct=90)
+        config = config.replace(vlog_segment_bytes=64 << 10, vlog_reclaim_live_pct=90,
+                                vlog_reclaim_min_pinned_sec=0)
     return config
 
 

@@ -47,6 +47,7 @@ class BrokerConfig:
     vlog_inline_max_bytes: int = 128  # encoded values up to this stay in the index
     vlog_reclaim_live_pct: int = 25  # theta: relocate a sealed segment below this live %
     vlog_reclaim_age_sec: int = 0  # A: relocate a sealed segment older than this (0: off)
+    vlog_reclaim_min_pinned_sec: int = 21_600  # never relocate a segment that empties sooner
     vlog_prefetch_ms: int = 2_000  # hint the kernel to read bodies due this soon
     # legacy delay levels
     message_delay_level: str = DEFAULT_DELAY_LEVELS
@@ -117,6 +118,7 @@ class BrokerConfig:
         need(0 <= self.vlog_reclaim_live_pct <= 100, "vlog_reclaim_live_pct",
              "0..100 (0: never relocate by live fraction)")
         need(self.vlog_reclaim_age_sec >= 0, "vlog_reclaim_age_sec", ">= 0 s (0: off)")
+        need(self.vlog_reclaim_min_pinned_sec >= 0, "vlog_reclaim_min_pinned_sec", ">= 0 s")
         need(0 <= self.vlog_prefetch_ms <= 3_600_000, "vlog_prefetch_ms", "0..3600000 ms")
         self.delay_levels  # raises ConfigError naming the bad element
         need(self.schedule_async_deliver_max_pending_limit >= 1,

@@ -20,7 +20,8 @@ def run_trace(engine: str, path, seed: int, steps: int = 400, big_bodies: bool =
     clock = ManualClock(START_MS)
     broker = Broker.open(path, BrokerConfig(**engine_settings(engine), timer_deliver_batch=64,
                                             vlog_segment_bytes=64 << 10,
-                                            vlog_reclaim_live_pct=60), clock=clock)
+                                            vlog_reclaim_live_pct=60,
+                                            vlog_reclaim_min_pinned_sec=0), clock=clock)
     handles, cancels, scans, sent, due, replayed = [], [], [], {}, {}, set()
     try:
         for step in range(steps):

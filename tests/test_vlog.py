@@ -115,6 +115,17 @@ def test_sparse_segments_are_relocated_once_into_due_day_segments(path):
         assert store.check()["problems"] == []
 
 
+def test_a_segment_that_empties_soon_is_not_relocated(path):
+    with open_vlog(path, vlog_reclaim_live_pct=90, vlog_reclaim_min_pinned_sec=3600) as store:
+        store.schedule([rec(i, T0 + 100 + i * 1000, body=body(i)) for i in range(60)], T0)
+        store.schedule([rec(99, T0 + 100, body=body(99, 70_000))], T0)  # seals the first
+        deliver_all(store, T0 + 50_000)  # 50 of 60 gone: 17% live, all due within the hour
+        assert store.relocate(T0 + 50_000)["relocated_records"] == 0
+        later = deliver_all(store, T0 + 3_600_000)
+        assert len(later) == 10
+        assert store.relocate(T0 + 3_600_000)["released_bytes"] > 0
+
+
 def test_a_retried_send_keeps_one_live_copy(path):
     with open_vlog(path) as store:
         store.schedule([rec(1, T0 + 50, body=body(1))], T0)

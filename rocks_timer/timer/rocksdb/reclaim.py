@@ -6,7 +6,9 @@
 - **Release**: a sealed segment with no live record is deleted after the RocksDB WAL is synced
   (its zero count is durable) and the row read back from RocksDB confirms it.
 - **Relocation** (once per body at most): a sealed *arrival* segment whose live fraction fell
-  below θ (``vlog_reclaim_live_pct``) or that is older than A (``vlog_reclaim_age_sec``) has its
+  below θ (``vlog_reclaim_live_pct``) or that is older than A (``vlog_reclaim_age_sec``), and
+  that would stay pinned for more than ``vlog_reclaim_min_pinned_sec`` (its latest due time is
+  further ahead: a segment of short delays empties by itself soon, so moving it only costs) has its
   live records copied, in due order, into the *long* segment of their due day, fdatasync'd, and
   re-pointed in one WriteBatch per piece; the old segment is then empty and released. Long
   segments are never relocated: they die with their day.
@@ -112,12 +114,13 @@ def candidates(store: "RocksTimerStore", now_ms: int) -> list[Segment]:
     """Sealed arrival segments below θ or older than A (call with the lock)."""
     vlog, config = store.vlog, store.config
     theta, age_ms = config.vlog_reclaim_live_pct, config.vlog_reclaim_age_sec * 1000
+    horizon_ms = now_ms + config.vlog_reclaim_min_pinned_sec * 1000
     out = []
     for seg in vlog.segments.values():
         if seg.kind != ARRIVAL or seg.busy or seg.file is None or not seg.live_count:
             continue
-        if not vlog.is_sealed(seg):
-            continue
+        if not vlog.is_sealed(seg) or seg.max_due_ms <= horizon_ms:
+            continue  # open, or empty soon anyway: moving its records would only cost writes
         sparse = theta and seg.live_bytes * 100 < theta * seg.end
         old = age_ms and now_ms - seg.created_ms >= age_ms
         if sparse or old:

@@ -34,7 +34,8 @@ from rocks_timer.timer.rocksdb import segments as S
 
 log = logging.getLogger(__name__)
 
-SEGMENT = struct.Struct(">BqqQQQ")  # kind, due day, created ms, live count, live bytes, end
+# kind, due day, created ms, live count, live bytes, end, latest due ms of any record written
+SEGMENT = struct.Struct(">BqqQQQQ")
 SEG_PREFIX = K.META_VLOG_SEGMENT_PREFIX
 META_NEXT_ID = K.META_VLOG_NEXT_ID
 COUNTERS = K.META_VLOG_COUNTERS
@@ -54,12 +55,10 @@ class Segment:
     live_count: int
     live_bytes: int
     end: int
+    max_due_ms: int = 0
     file: S.SegmentFile | None = None
     busy: bool = False  # being relocated: not released meanwhile
 
-    def row(self) -> bytes:
-        return SEGMENT.pack(self.kind, self.day, self.created_ms, self.live_count,
-                            self.live_bytes, self.end)
 
 
 class Changes(dict):
@@ -152,7 +151,7 @@ class ValueLog:
         """A new empty segment; its id is persisted (``next_id``) by the next ``stage``, which
         comes before any index entry can point into it."""
         with self._alloc_lock:
-            seg = Segment(self.next_id, kind, day, now_ms, 0, 0, 0)
+            seg = Segment(self.next_id, kind, day, now_ms, 0, 0, 0, 0)
             seg.file = S.SegmentFile(self.dir, seg.id)
             if seg.file.size:  # left by a crash before its id was persisted: never indexed
                 seg.file.truncate(0)
@@ -190,6 +189,9 @@ class ValueLog:
         else:
             self.dirty.add(seg.id)
         self.counters[COUNTERS[0]] += size
+        latest = max(K.key_due_ms(key) for key, i in zip(raw_keys, at) if i >= 0)
+        if latest > seg.max_due_ms:
+            seg.max_due_ms = latest
         n = 0
         for i, (key, value) in enumerate(zip(raw_keys, values)):
             if at[i] < 0:
@@ -235,7 +237,8 @@ class ValueLog:
             end = seg.file.size if seg.file is not None else seg.end
             new[seg_id] = (count, nbytes, end)
             batch.put(K.segment_meta_key(seg_id),
-                      SEGMENT.pack(seg.kind, seg.day, seg.created_ms, count, nbytes, end),
+                      SEGMENT.pack(seg.kind, seg.day, seg.created_ms, count, nbytes, end,
+                                   seg.max_due_ms),
                       self._meta_h)
         for name, value in self.counters.items():
             batch.put(name, U64.pack(value), self._meta_h)
