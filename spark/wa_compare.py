@@ -23,9 +23,9 @@ from bench.workloads import DEFAULT_BODY_SIZE, WORKLOAD_NAMES, fits_levels
 ENGINES = ("rocksdb", "wheel", "levels")
 COST = {"wheel": 6.0, "levels": 3.0, "rocksdb": 1.0, "memory": 0.5}  # rough per-message cost
 WORKLOAD_COST = {"month": 3.0, "day": 2.0}
-STRINGS = {"engine", "workload", "profile", "workdir"}
+STRINGS = {"engine", "workload", "profile", "workdir", "layout"}
 FLOATS = {"wa_physical", "wa_logical", "wa_timer", "seconds", "send_seconds", "deliver_seconds",
-          "send_per_s", "deliver_per_s"}
+          "send_per_s", "deliver_per_s", "space_amp"}
 SUMMED = ("messages", "sent", "cancelled", "delivered", "payload_bytes", "physical_bytes",
           "cancelled_write_bytes", "logical_bytes", "timer_bytes", *COMPONENTS, "rocks_user",
           "wheel_rolls", "rolls", "peak_disk_bytes", "final_disk_bytes", "peak_timer_disk_bytes",

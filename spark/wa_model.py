@@ -16,6 +16,15 @@ coefficient fitted from the measured cells (ratios of sums, so no component can 
   52 B x (1 + rolls), slot pages + checkpoint = a_slots x payload (fitted; rate dependent), with
   rolls(d) the wheel's own roll rule (park at W, or W/2 when overshooting by less than W/3);
 - ``levels``: SCHEDULE_TOPIC_XXXX = a_level x R.
+- ``vlog`` (the RocksDB engine's vlog layout, cells with profile ``vlog``): value segments =
+  a_body x payload (written once); the index costs bytes per *message*, not per payload byte:
+  WAL = a_iwal (pointer put + delete), flush = a_iflush x P(delay > L), compaction = a_icomp x
+  P(delay > L) x log10(index bytes / 4 write buffers); relocation = a_reloc x payload x R(θ),
+  with R(θ) = P(delay > x*), x* the age at which a segment's live share falls to θ (the
+  (1 - θ) quantile of the delays), counted only for segments pinned longer than the minimum
+  (``vlog_reclaim_min_pinned_sec``); space = (x* + E[(D - x*)+] + half a day per relocated
+  message) / E[D] in a steady state (a segment's bytes stay until x*, relocated ones until the
+  end of their due day).
 
 Validation is leave-one-workload-out: every measured cell is predicted from coefficients fitted
 on the other workloads' cells. The fitted model is then applied in Spark to a synthetic day
@@ -42,6 +51,10 @@ TIMERLOG_UNIT = 52
 WHEEL_FILE = 2 * 7 * 864_000 * 32  # 2 x 7 days of 100 ms slots x 32 B
 RETENTION_DAYS = 3  # file_reserved_hours = 72
 ROCKS_SPACE_AMP = 1.1  # leveled compaction, dynamic level bytes: assumed, not fitted
+INDEX_ENTRY = 80  # vlog index entry on disk: 40 B key + 27 B pointer + tags, before lz4
+THETA = 0.25  # vlog_reclaim_live_pct of the measured cells
+MIN_PINNED_MS = 6 * 3_600_000  # vlog_reclaim_min_pinned_sec of the measured cells
+THETAS = (0.0, 0.1, 0.25, 0.5)
 MAX_ROLLS = 40
 PAGE = 4096
 PAGE_MS = PAGE // 32 * 100  # one 4 KiB page of 32-byte slots at 100 ms precision
@@ -111,11 +124,28 @@ def workload_features(name: str, body_size: int, seed: int = 7, sample: int = 20
     # a fill-and-drain run never compacts deletes away before the end: its LSM holds every
     # flushed (long-lived) message, so that volume sets how deep compaction goes
     flushed = long * total * payload / shards
-    return {"pages": pages_per_message(bins.values(), rate_per_s),
+    delays = sorted(op.delay_ms if not op.cancel else 0 for op in ops)
+    index_life = memtable_lifetime_ms(rate_per_s, INDEX_ENTRY - KEY_BYTES)
+    return {"reloc": relocated_share(delays, THETA),
+            "ilong": sum(op.delay_ms > index_life for op in ops if not op.cancel) / n,
+            "ilevels": compaction_levels(long * total * INDEX_ENTRY / shards),
+            "pages": pages_per_message(bins.values(), rate_per_s),
             "cancel": sum(op.cancel for op in ops) / n,
             "rolls": sum(rolls_for(op.delay_ms) for op in ops if not op.cancel) / n,
             "long": long, "levels": compaction_levels(flushed), "pending_bytes": pending,
             "lsm_bytes": flushed}
+
+
+def relocated_share(sorted_delays: Sequence[float], theta: float,
+                    min_pinned_ms: float = MIN_PINNED_MS) -> float:
+    """R(θ): the share of messages a vlog segment relocates. A segment's live share falls to θ
+    at x* (the 1 - θ quantile of the delays); the messages still pending then are relocated,
+    unless the segment empties within ``min_pinned_ms`` anyway (its longest delay is shorter)."""
+    n = len(sorted_delays)
+    if not n or theta <= 0 or sorted_delays[-1] <= min_pinned_ms:
+        return 0.0
+    x_star = sorted_delays[min(n - 1, int((1 - theta) * n))]
+    return sum(1 for d in sorted_delays if d > x_star) / n
 
 
 def fit(cells) -> dict[str, float]:
@@ -130,6 +160,7 @@ def fit(cells) -> dict[str, float]:
     delivered_payload = per_msg * c["delivered"]
     rocks, wheel, levels = (c["engine"] == "rocksdb"), (c["engine"] == "wheel"), \
         (c["engine"] == "levels")
+    vlog = c["engine"] == "vlog"
     everyone = c["engine"] == c["engine"]
     header = ratio(everyone, c["cl_delivery"] - delivered_payload, c["delivered"])
     marked = wheel & (cancel > 0)
@@ -146,6 +177,13 @@ def fit(cells) -> dict[str, float]:
                              msgs * PAGE * c["f_pages"]),
         "wheel_checkpoint_per_tick": ratio(wheel, c["wheel_checkpoint"], c["ticks"]),
         "level": ratio(levels, c["cl_level_topic"], payload) or None,
+        "vlog_body": ratio(vlog, c["rocks_vlog"], payload) or None,
+        "vlog_index_wal": ratio(vlog, c["rocks_wal"], msgs) or None,
+        "vlog_index_flush": ratio(vlog, c["rocks_flush"], msgs * c["f_ilong"]) or None,
+        "vlog_index_compaction": ratio(vlog, c["rocks_compaction"],
+                                       msgs * c["f_ilong"] * c["f_ilevels"]) or None,
+        "vlog_relocation": ratio(vlog, c["rocks_relocation"], payload * c["f_reloc"]) or None,
+        "physical_per_logical_vlog": ratio(vlog, c["physical_bytes"], c["logical_bytes"]),
         "physical_per_logical_rocksdb": ratio(rocks, c["physical_bytes"], c["logical_bytes"]),
         "physical_per_logical_wheel": ratio(wheel, c["physical_bytes"], c["logical_bytes"]),
         "physical_per_logical_levels": ratio(levels, c["physical_bytes"], c["logical_bytes"]),
@@ -154,10 +192,17 @@ def fit(cells) -> dict[str, float]:
 
 def predict_per_message(engine: str, coef: dict[str, Any], payload: float, cancel: float,
                         rolls: float, long: float, pages: float = 0.0,
-                        ticks_per_msg: float = 0.0, levels: float = 0.0) -> float:
+                        ticks_per_msg: float = 0.0, levels: float = 0.0, reloc: float = 0.0,
+                        ilevels: float = 0.0, ilong: float = 0.0) -> float:
     """Predicted logical bytes per sent message (means over the workload)."""
     record = payload + coef["record_header"]
     base = (1 - cancel) * (record + CQ_ENTRY)
+    if engine == "vlog":
+        return (base + (coef.get("vlog_body") or 1.0) * payload
+                + (coef.get("vlog_index_wal") or 0.0)
+                + (coef.get("vlog_index_flush") or 0.0) * ilong
+                + (coef.get("vlog_index_compaction") or 0.0) * ilong * ilevels
+                + (coef.get("vlog_relocation") or 1.0) * payload * reloc)
     if engine == "rocksdb":
         return (base + coef["rocks_wal"] * payload + coef["rocks_flush"] * payload * long
                 + coef["rocks_compaction"] * payload * long * levels)
@@ -183,7 +228,8 @@ def validate(cells) -> list[dict[str, Any]]:
         payload = row["payload_bytes"] / row["messages"]
         pred = predict_per_message(row["engine"], coef, payload, row["f_cancel"], row["f_rolls"],
                                    row["f_long"], row["f_pages"], row["ticks"] / row["messages"],
-                                   row["f_levels"]) * row["messages"]
+                                   row["f_levels"], row["f_reloc"],
+                                   row["f_ilevels"], row["f_ilong"]) * row["messages"]
         out.append({"engine": row["engine"], "workload": row["workload"],
                     "profile": row["profile"], "body_size": int(row["body_size"]),
                     "messages": int(row["messages"]),
@@ -254,14 +300,24 @@ def project(spark, coef: dict[str, Any], n: int, mix: dict[str, float], body_siz
              "pages": pages_per_message((r["count"] for r in bins), rate),
              "ticks_per_msg": 86_400 / count,  # one wheel flush per second
              "levels": compaction_levels(pending_bytes)}
+    vlog_means, theta_table = vlog_features(df, rate, pending_bytes / payload, count)
     out: dict[str, Any] = {"messages_per_day": count, "payload_per_message": payload,
                            "memtable_lifetime_ms": life, "pending_bytes": pending_bytes,
                            "features": means, "engines": {}}
-    engines = ["rocksdb", "wheel"]
+    engines = ["rocksdb", "vlog", "wheel"]
     if all(SPECS[name].level_shaped for name in mix):  # levels cannot express other delays
         engines.append("levels")
     for engine in engines:
-        per_msg = predict_per_message(engine, coef, payload, **means)
+        if engine == "vlog":
+            for row in theta_table:
+                row["wa_logical"] = predict_per_message(
+                    "vlog", coef, payload, **means, **vlog_means, reloc=row["relocated"]) / payload
+            out["theta_table"] = theta_table
+            chosen = next(r for r in theta_table if r["theta"] == THETA)
+            per_msg = predict_per_message("vlog", coef, payload, **means, **vlog_means,
+                                          reloc=chosen["relocated"])
+        else:
+            per_msg = predict_per_message(engine, coef, payload, **means)
         logical = per_msg * count
         phys = logical * (coef.get(f"physical_per_logical_{engine}") or 1.0)
         record = payload + coef["record_header"]
@@ -273,6 +329,9 @@ def project(spark, coef: dict[str, Any], n: int, mix: dict[str, float], body_siz
         elif engine == "levels":
             cl_day += (coef["level"] * payload if coef.get("level") else record) * count
             disk = RETENTION_DAYS * cl_day
+        elif engine == "vlog":
+            disk = RETENTION_DAYS * cl_day + chosen["space_amp"] * pending_bytes \
+                + ROCKS_SPACE_AMP * pending_bytes / payload * INDEX_ENTRY
         else:
             disk = RETENTION_DAYS * cl_day + ROCKS_SPACE_AMP * pending_bytes * (1 + KEY_BYTES
                                                                                  / payload)
@@ -280,6 +339,33 @@ def project(spark, coef: dict[str, Any], n: int, mix: dict[str, float], body_siz
                                   "physical_bytes_per_day": phys,
                                   "wa_logical": per_msg / payload, "disk_bytes": disk}
     return out
+
+
+def vlog_features(df, rate: float, pending_messages: float, count: int):
+    """The vlog index's features and the θ table (relocated share, space amplification) of a
+    synthetic day in steady state (Spark aggregates over its delay column)."""
+    from pyspark.sql import functions as F
+    d = F.when(F.col("cancelled"), F.lit(0.0)).otherwise(F.col("delay_ms"))
+    life = memtable_lifetime_ms(rate, INDEX_ENTRY - KEY_BYTES)
+    base = df.select(d.alias("d"))
+    stats = base.agg(F.avg("d").alias("mean"), F.max("d").alias("max"),
+                     F.avg((F.col("d") > life).cast("double")).alias("ilong")).first()
+    quantiles = base.approxQuantile("d", [1 - t for t in THETAS if t > 0], 0.001)
+    table = []
+    for theta in THETAS:
+        x_star = stats["max"] if theta == 0 else quantiles[[t for t in THETAS if t > 0]
+                                                           .index(theta)]
+        row = base.agg(F.avg((F.col("d") > x_star).cast("double")).alias("r"),
+                       F.avg(F.greatest(F.col("d") - x_star, F.lit(0.0))).alias("tail")).first()
+        relocated = row["r"] if stats["max"] > MIN_PINNED_MS and theta > 0 else 0.0
+        if not relocated:  # nothing moves: a segment stays until its last record is due
+            x_star, row = stats["max"], {"tail": 0.0}
+        space = (x_star + row["tail"] + relocated * DAY_MS / 2) / max(1.0, stats["mean"])
+        table.append({"theta": theta, "x_star_days": x_star / DAY_MS, "relocated": relocated,
+                      "space_amp": space})
+    means = {"ilong": stats["ilong"],
+             "ilevels": compaction_levels(pending_messages * INDEX_ENTRY)}
+    return means, table
 
 
 def parse_mix(text: str) -> dict[str, float]:
@@ -299,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m spark.wa_model", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cells", type=Path, nargs="+", required=True,
-                   help="one or more cells.parquet of spark.wa_compare")
+                   help="cells.parquet of spark.wa_compare and/or rows.jsonl of bench.scale")
     p.add_argument("--day-messages", type=int, default=1_000_000_000)
     p.add_argument("--mix", default=DEFAULT_MIX, help=f"workload shares (default {DEFAULT_MIX})")
     p.add_argument("--body-size", type=int, default=1024)
@@ -309,6 +395,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+SUMMED = ("messages", "delivered", "payload_bytes", "logical_bytes", "physical_bytes",
+          "cl_delivery", "cl_timer_topic", "cl_level_topic", "consumequeue", "rocks_wal",
+          "rocks_flush", "rocks_compaction", "rocks_vlog", "rocks_relocation", "wheel_slots",
+          "wheel_checkpoint", "wheel_rolls", "rolls", "ticks")
+KEYS = ("engine", "workload", "profile", "body_size", "seed", "shard")
+
+
+def read_cells(spark, paths: Sequence[Path]):
+    """Cells of ``spark.wa_compare`` (``cells.parquet``) and of ``bench.scale`` (``rows.jsonl``)
+    as one DataFrame with a ``run`` column (its file); components a run lacks count 0."""
+    from pyspark.sql import functions as F
+    import pandas as pd
+    frames = []
+    for path in paths:
+        if str(path).endswith(".jsonl"):
+            rows = pd.read_json(path, lines=True)
+            keep = [c for c in KEYS + SUMMED if c in rows.columns]
+            df = spark.createDataFrame(rows[keep])
+        else:
+            df = spark.read.parquet(str(path))
+        for name in SUMMED:
+            if name not in df.columns:
+                df = df.withColumn(name, F.lit(0).cast("long"))
+        df = df.withColumn("run", F.lit(str(path)))
+        frames.append(df.select("run", *[c for c in KEYS if c != "shard"],
+                                *[F.col(c).cast("double").alias(c) for c in SUMMED]))
+    out = frames[0]
+    for df in frames[1:]:
+        out = out.unionByName(df)
+    return out
+
+
 def run(spark, args: argparse.Namespace | Sequence[str]) -> dict[str, Path]:
     from pyspark.sql import functions as F
     from spark.report import markdown_table
@@ -316,16 +434,13 @@ def run(spark, args: argparse.Namespace | Sequence[str]) -> dict[str, Path]:
     if not isinstance(args, argparse.Namespace):
         args = build_parser().parse_args(list(args))
     mix = parse_mix(args.mix)
-    raw = spark.read.parquet(*[str(p) for p in args.cells])
-    sums = [F.sum(c).alias(c) for c in ("messages", "delivered", "payload_bytes", "logical_bytes",
-                                        "physical_bytes", "cl_delivery", "cl_timer_topic",
-                                        "cl_level_topic", "consumequeue", "rocks_wal",
-                                        "rocks_flush", "rocks_compaction", "wheel_slots",
-                                        "wheel_checkpoint", "wheel_rolls", "rolls", "ticks")]
-    cells = (raw.withColumn("run", F.input_file_name())
-             .groupBy("run", "engine", "workload", "profile", "body_size", "seed")
+    raw = read_cells(spark, args.cells)
+    sums = [F.sum(c).alias(c) for c in SUMMED]
+    cells = (raw.groupBy("run", "engine", "workload", "profile", "body_size", "seed")
              .agg(*sums, F.count("*").alias("shards"))
-             .where(F.col("profile").isin("default", "-")).toPandas())
+             .where(F.col("profile").isin("default", "-", "vlog"))
+             .withColumn("engine", F.when(F.col("profile") == "vlog", F.lit("vlog"))
+                         .otherwise(F.col("engine"))).toPandas())
     overhead = float((cells["payload_bytes"] / cells["messages"] - cells["body_size"]).mean())
     features: dict[str, dict[str, float]] = {}
     for i, row in cells.iterrows():
@@ -356,6 +471,8 @@ def run(spark, args: argparse.Namespace | Sequence[str]) -> dict[str, Path]:
             f"max |error| = {worst:.1%} (target 20%).\n\n" + markdown_table(val)
             + f"\n## Projection: {args.day_messages:,} messages/day, mix {args.mix}, "
               f"{args.body_size} B bodies\n\n" + markdown_table(pd.DataFrame(rows))
+            + f"\n### vlog: relocation threshold θ against space (steady state)\n\n"
+            + markdown_table(pd.DataFrame(proj["theta_table"]))
             + f"\nPer-message features of the day: {json.dumps(proj['features'])}; "
               f"memtable lifetime {proj['memtable_lifetime_ms']:.0f} ms.\n")
     paths["md"].write_text(text, encoding="utf-8")

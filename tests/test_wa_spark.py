@@ -23,7 +23,7 @@ def wa_run(spark, tmp_path_factory):
     out = tmp_path_factory.mktemp("wa")
     args = wa_compare.build_parser().parse_args(
         ["--messages", "300", "--workloads", "short,burst", "--engines", "rocksdb,wheel",
-         "--body-size", "128", "--partitions", "1", "--out", str(out),
+         "--profiles", "default,vlog", "--body-size", "128", "--partitions", "1", "--out", str(out),
          "--workdir", str(real_disk(out) / "cells")])
     return wa_compare.run(spark, args)
 
@@ -36,17 +36,22 @@ def test_wa_compare_writes_every_output(spark, wa_run):
     for column in ("engine", "workload", "profile", "messages", "payload_bytes",
                    "physical_bytes", "wa_physical", "wa_logical", "peak_disk_bytes", "seconds"):
         assert column in summary.columns
-    assert sorted(zip(summary["engine"], summary["workload"])) == [
-        ("rocksdb", "burst"), ("rocksdb", "short"), ("wheel", "burst"), ("wheel", "short")]
+    assert sorted(zip(summary["engine"], summary["workload"], summary["profile"])) == [
+        ("rocksdb", "burst", "default"), ("rocksdb", "burst", "vlog"),
+        ("rocksdb", "short", "default"), ("rocksdb", "short", "vlog"),
+        ("wheel", "burst", "-"), ("wheel", "short", "-")]
     assert (summary["messages"] == 300).all() and summary["complete"].all()
     assert (summary["wa_physical"] > 0).all() and (summary["wa_logical"] > 0).all()
     assert (summary["wa_timer"] > 0).all()
     # the wheel writes every timer message into the CommitLog once more than RocksDB does
-    by = summary.set_index(["engine", "workload"])
-    assert by.loc[("wheel", "short"), "cl_timer_topic"] > 0
-    assert by.loc[("rocksdb", "short"), "cl_timer_topic"] == 0
+    by = summary.set_index(["engine", "workload", "profile"])
+    assert by.loc[("wheel", "short", "-"), "cl_timer_topic"] > 0
+    assert by.loc[("rocksdb", "short", "default"), "cl_timer_topic"] == 0
+    # vlog bodies go to value segments (128 B bodies: above the inline threshold once encoded)
+    assert by.loc[("rocksdb", "short", "vlog"), "rocks_vlog"] > 0
+    assert by.loc[("rocksdb", "short", "default"), "rocks_vlog"] == 0
     cells = spark.read.parquet(str(wa_run["cells"]))
-    assert cells.count() == 4
+    assert cells.count() == 6
     md = wa_run["summary_md"].read_text()
     assert md.count("| rocksdb |") >= 2 and "wa_physical" in md
 
@@ -78,10 +83,13 @@ def test_model_validates_and_projects(spark, wa_run):
     paths = wa_model.run(spark, ["--cells", str(wa_run["cells"]), "--day-messages", "200000",
                                  "--mix", "short=0.7,burst=0.3"])
     result = json.loads(paths["json"].read_text())
-    assert len(result["validation"]) == 4
+    assert len(result["validation"]) == 6
     assert all(abs(v["error"]) < 1.0 for v in result["validation"])
     engines = result["projection"]["engines"]
-    assert set(engines) == {"rocksdb", "wheel"}  # levels only for a level-shaped mix
+    assert set(engines) == {"rocksdb", "vlog", "wheel"}  # levels only for a level-shaped mix
+    table = result["projection"]["theta_table"]
+    assert [row["theta"] for row in table] == list(wa_model.THETAS)
+    assert all(row["space_amp"] >= 1.0 and row["wa_logical"] > 1.0 for row in table)
     for figures in engines.values():
         assert figures["logical_bytes_per_day"] > 200_000 * 128
         assert figures["disk_bytes"] > 0
@@ -97,3 +105,12 @@ def test_wheel_roll_rule_matches_its_closed_form(spark):
     got = [r[0] for r in df.select(wa_model.rolls_column(F.col("d"))).collect()]
     assert got == [wa_model.rolls_for(d) for d in delays]
     assert wa_model.rolls_for(30 * 86_400_000) >= 14
+
+
+def test_relocated_share_follows_theta_and_the_pinned_minimum():
+    day = 86_400_000
+    month = [3 * day + i * (27 * day) // 1000 for i in range(1000)]  # uniform 3..30 days
+    assert abs(wa_model.relocated_share(month, 0.25) - 0.25) < 0.01
+    assert wa_model.relocated_share(month, 0.0) == 0.0
+    short = [1000 + i * 3_600 for i in range(1000)]  # all within the hour: never relocated
+    assert wa_model.relocated_share(short, 0.5) == 0.0
