@@ -471,7 +471,7 @@ def run(spark, args: argparse.Namespace | Sequence[str]) -> dict[str, Path]:
             f"max |error| = {worst:.1%} (target 20%).\n\n" + markdown_table(val)
             + f"\n## Projection: {args.day_messages:,} messages/day, mix {args.mix}, "
               f"{args.body_size} B bodies\n\n" + markdown_table(pd.DataFrame(rows))
-            + f"\n### vlog: relocation threshold θ against space (steady state)\n\n"
+            + "\n### vlog: relocation threshold θ against space (steady state)\n\n"
             + markdown_table(pd.DataFrame(proj["theta_table"]))
             + f"\nPer-message features of the day: {json.dumps(proj['features'])}; "
               f"memtable lifetime {proj['memtable_lifetime_ms']:.0f} ms.\n")

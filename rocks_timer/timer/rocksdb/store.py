@@ -38,20 +38,19 @@ from typing import Any, Iterable, Sequence
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import (ConfigError, CorruptRecordError, InvalidHandleError,
+from rocks_timer.errors import (ConfigError, InvalidHandleError,
                                 InvalidMessageError, StoreClosedError, StoreLockedError)
 from rocks_timer.timer import keys as K
-from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb import claim, layout
 from rocks_timer.timer.rocksdb import maint as rocks_maint, meta as rocks_meta
 from rocks_timer.timer.rocksdb import reclaim
-from rocks_timer.timer.rocksdb.vlog import Changes, ValueLog
-from rocks_timer.timer.handles import decode_handle, encode_handle
+from rocks_timer.timer.rocksdb.vlog import ValueLog
+from rocks_timer.timer.handles import decode_handle
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
 from rocks_timer.timer.rocksdb.scan import collect_pending, resume_handle, scan_start
 from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats,
                                      TimerKey, TimerRecord)
 from rocks_timer.timer.schedule_codec import encode_schedule
-from rocks_timer.timer.values import decode_value
 
 log = logging.getLogger(__name__)
 
@@ -187,22 +186,10 @@ class RocksTimerStore:
 
     def _stage_removed(self, index_values: Iterable[bytes | None], batch: WriteBatch,
                        lost: bool = False) -> dict | None:
-        """Liveness rows for index values leaving the index (vlog layout; None otherwise)."""
-        if self.vlog is None:
-            return None
-        changes = Changes()
-        dropped = 0
-        for value in index_values:
-            if value is not None and I.is_pointer(value) and len(value) >= I.SIZE:
-                changes.drop(value)
-                dropped += 1
-        if lost and dropped:
-            self.vlog.note_lost(dropped)
-        return self.vlog.stage(changes, batch) if changes or lost else None
+        return layout.stage_removed(self, index_values, batch, lost)
 
     def _commit_removed(self, new: dict | None) -> None:
-        if new:
-            self.vlog.commit(new)
+        layout.commit_removed(self, new)
 
     # -- TimerStore ---------------------------------------------------------------------------
     def schedule(self, records: Sequence[TimerRecord], now_ms: int) -> list[Scheduled]:
@@ -230,30 +217,7 @@ class RocksTimerStore:
 
     def _schedule_vlog(self, raw_keys: list[bytes], values: list[bytes], now_ms: int,
                        batch: WriteBatch) -> None:
-        """Bodies into the value log, pointers into the index, liveness in the same batch. A
-        key already stored (a producer's retry) or repeated in the batch keeps only its last
-        value live; the bytes it replaced stop counting."""
-        changes = Changes()
-        index_values = self.vlog.append(raw_keys, values, now_ms, batch, changes)
-        final = dict(zip(raw_keys, index_values))  # the last value of a repeated key wins
-        distinct = list(final)
-        old = self._timer.get(distinct) if len(distinct) > 1 else [self._timer.get(distinct[0])]
-        put, timer_h = batch.put, self._timer_h
-        added = 0
-        for raw, before in zip(distinct, old):
-            value = final[raw]
-            put(raw, value, timer_h)
-            if I.is_pointer(value):
-                changes.keep(value)
-            if before is None:
-                added += 1
-            elif I.is_pointer(before):
-                changes.drop(before)
-        put(K.META_PENDING, rocks_meta.pack_u64(self._pending + added), self._meta_h)
-        new = self.vlog.stage(changes, batch)
-        self._db.write(batch, self._write_opts)
-        self.vlog.commit(new)
-        self._pending += added
+        layout.schedule_vlog(self, raw_keys, values, now_ms, batch)
 
     def _count_new(self, raw_keys: list[bytes]) -> int:
         """How many distinct keys of a schedule batch are not stored yet (the pending count is
@@ -264,72 +228,7 @@ class RocksTimerStore:
         return self._timer.get(distinct).count(None)
 
     def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> list[DueRecord]:
-        claimed: list[DueRecord] = []
-        if max_messages <= 0:
-            return claimed
-        with self._lock:
-            self._check_open()
-            read_opts = ReadOptions()
-            read_opts.set_iterate_upper_bound(K.due_prefix(now_ms + 1))  # never early
-            corrupt: list[tuple[bytes, bytes, CorruptRecordError]] = []
-            pointers: dict[bytes, bytes | None] = {}
-            vlog = self.vlog
-            used_bytes, last = 0, None
-            it = self._timer.iter(read_opts)
-            try:
-                it.seek(self._claim_cursor)
-                while it.valid() and len(claimed) + len(corrupt) < max_messages:
-                    raw = it.key()
-                    if raw in self._in_flight:
-                        it.next()
-                        continue
-                    value = index_value = it.value()
-                    pointer = I.pointer_or_none(value) if vlog is not None else None
-                    size = pointer.length if pointer else len(value)
-                    if claimed and used_bytes + size > max_bytes:
-                        break
-                    last = raw
-                    try:
-                        key = K.decode_key(raw)
-                        if pointer is not None or I.is_pointer(value):
-                            value = vlog.read(raw, I.decode_pointer(raw, value))
-                        message = decode_value(raw, value)
-                    except CorruptRecordError as exc:
-                        corrupt.append((raw, index_value, exc))
-                    else:
-                        used_bytes += size
-                        claimed.append(DueRecord(
-                            key=key, message=message, size=size, token=raw,
-                            handle=encode_handle(key.topic, key.due_ms, key.msg_id)))
-                        pointers[raw] = index_value if pointer is not None else None
-                    it.next()
-                it.status()  # a corrupt block ends the walk with an error, never early
-            finally:
-                del it
-            if corrupt:
-                self._quarantine(corrupt)
-            self._in_flight.update(pointers)
-            if last is not None:
-                self._claim_cursor = K.key_successor(last)
-        return claimed
-
-    def _quarantine(self, corrupt: list[tuple[bytes, bytes, CorruptRecordError]]) -> None:
-        """Move undecodable values to the ``corrupt`` family (one batch); never deliver them."""
-        batch = WriteBatch(raw_mode=True)
-        for raw, value, exc in corrupt:
-            batch.put(raw, value, self._corrupt_h)
-            batch.delete(raw, self._timer_h)
-            log.error("timer store %s: quarantined key %s (%d value bytes): %s",
-                      self.path, raw.hex(), len(value), exc)
-        pending = self._pending - len(corrupt)
-        count = self._corrupt_count + len(corrupt)
-        batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
-        batch.put(K.META_CORRUPT, rocks_meta.pack_u64(count), self._meta_h)
-        new = self._stage_removed([value for _, value, _ in corrupt], batch, lost=True)
-        self._write(batch)
-        self._commit_removed(new)
-        self._pending, self._corrupt_count = pending, count
-        self._deletes_since_reclaim += len(corrupt)
+        return claim.claim_due(self, now_ms, max_messages, max_bytes)
 
     def complete(self, records: Sequence[DueRecord], commitlog_end: int | None) -> None:
         with self._lock:

@@ -1,0 +1,66 @@
+"""What each index write of the ``vlog`` layout does to the value log: a schedule appends the
+bodies and points the index at them; every removal (delivery, cancel, reconcile, quarantine)
+drops the bytes it pointed at. The liveness rows change in the caller's WriteBatch
+(``ValueLog.stage``) and in memory only once that batch is written (``commit``).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+from rocksdict import WriteBatch
+
+from rocks_timer.timer import keys as K
+from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb import meta as rocks_meta
+from rocks_timer.timer.rocksdb.vlog import Changes
+
+if TYPE_CHECKING:
+    from rocks_timer.timer.rocksdb.store import RocksTimerStore
+
+
+def schedule_vlog(store: "RocksTimerStore", raw_keys: list[bytes], values: list[bytes], now_ms: int,
+                   batch: WriteBatch) -> None:
+    """Bodies into the value log, pointers into the index, liveness in the same batch. A
+    key already stored (a producer's retry) or repeated in the batch keeps only its last
+    value live; the bytes it replaced stop counting."""
+    changes = Changes()
+    index_values = store.vlog.append(raw_keys, values, now_ms, batch, changes)
+    final = dict(zip(raw_keys, index_values))  # the last value of a repeated key wins
+    distinct = list(final)
+    old = store._timer.get(distinct) if len(distinct) > 1 else [store._timer.get(distinct[0])]
+    put, timer_h = batch.put, store._timer_h
+    added = 0
+    for raw, before in zip(distinct, old):
+        value = final[raw]
+        put(raw, value, timer_h)
+        if I.is_pointer(value):
+            changes.keep(value)
+        if before is None:
+            added += 1
+        elif I.is_pointer(before):
+            changes.drop(before)
+    put(K.META_PENDING, rocks_meta.pack_u64(store._pending + added), store._meta_h)
+    new = store.vlog.stage(changes, batch)
+    store._db.write(batch, store._write_opts)
+    store.vlog.commit(new)
+    store._pending += added
+
+
+def stage_removed(store: "RocksTimerStore", index_values: Iterable[bytes | None], batch: WriteBatch,
+                   lost: bool = False) -> dict | None:
+    """Liveness rows for index values leaving the index (vlog layout; None otherwise)."""
+    if store.vlog is None:
+        return None
+    changes = Changes()
+    dropped = 0
+    for value in index_values:
+        if value is not None and I.is_pointer(value) and len(value) >= I.SIZE:
+            changes.drop(value)
+            dropped += 1
+    if lost and dropped:
+        store.vlog.note_lost(dropped)
+    return store.vlog.stage(changes, batch) if changes or lost else None
+
+def commit_removed(store: "RocksTimerStore", new: dict | None) -> None:
+    if new:
+        store.vlog.commit(new)
