@@ -13,7 +13,7 @@ from rocks_timer.errors import CorruptRecordError
 from rocks_timer.timer.rocksdb import RocksTimerStore
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb import segments as S
-from rocks_timer.timer.rocksdb.vlog import DAY_MS, LONG
+from rocks_timer.timer.rocksdb.vlog import DAY_MS, LONG, delay_class
 from rocks_support import BIG, T0, msg, rec  # noqa: F401
 
 SMALL_SEGMENTS = BrokerConfig(vlog_segment_bytes=64 << 10, rocksdb_layout="vlog")
@@ -80,50 +80,59 @@ def test_segments_roll_and_are_deleted_once_every_record_is_gone(path):
         assert sorted(int(r.message.body[:8]) for r in got) == list(range(400))
         store.maintain(T0 + 2000)
         store.wait_for_maintenance()
-        assert len(segment_files(path)) == 1  # only the open arrival segment is left
+        assert segment_files(path) == []  # the open one was sealed by age (1 s), then released
         figures = store.stats().extra
         assert figures["vlog_released_segments"] >= 5 and figures["vlog_live_bytes"] == 0
         assert store.check()["problems"] == []
 
 
+def test_bodies_are_grouped_by_delay_class(path):
+    with open_vlog(path) as store:
+        store.schedule([rec(1, T0 + 2_000, body=body(1)), rec(2, T0 + 3 * DAY_MS, body=body(2)),
+                        rec(3, T0 + 2_100, body=body(3))], T0)
+        classes = {seg.day: seg.live_count for seg in store.vlog.segments.values()}
+        assert classes == {delay_class(2_000): 2, delay_class(3 * DAY_MS): 1}
+        assert delay_class(2_000) == delay_class(2_100) != delay_class(3 * DAY_MS)
+
+
 def test_sparse_segments_are_relocated_once_into_due_day_segments(path):
     with open_vlog(path, vlog_reclaim_live_pct=50) as store:
-        # each batch: 40 due today, 10 due in 3 days; deliver today's, leaving 20% live
+        # 300 bodies due in 3 days, 4 of every 5 cancelled: the sealed segments are 20% live
+        handles = []
         for start in range(0, 300, 50):
-            records = [rec(i, T0 + 100 + i if i % 5 else T0 + 3 * DAY_MS + i, body=body(i))
-                       for i in range(start, start + 50)]
-            store.schedule(records, T0)
-        store.schedule([rec(999, T0 + 4 * DAY_MS, body=body(999, 20_000))], T0)  # seal the last
-        today = deliver_all(store, T0 + 1000)
-        assert len(today) == 240
-        report = store.relocate(T0 + 1000)
-        assert report["relocated_records"] == 60 and report["released_bytes"] > 0
-        kinds = {seg.kind for seg in store.vlog.segments.values() if seg.live_count}
-        assert LONG in kinds
-        assert store.check()["problems"] == []
-        assert store.relocate(T0 + 1000)["relocated_records"] == 0  # long segments stay
+            handles += [s.handle for s in store.schedule(
+                [rec(i, T0 + 3 * DAY_MS + i, body=body(i)) for i in range(start, start + 50)], T0)]
+        for i, handle in enumerate(handles):
+            if i % 5:
+                assert store.cancel(handle, T0) is True
+        store.maintain(T0 + DAY_MS)  # seals the open segment (open longer than its class's quarter)
+        store.wait_for_maintenance()
+        report = store.relocate(T0 + DAY_MS)
         moved = store.stats().extra["vlog_relocated_count"]
-        assert moved == 60
+        assert moved == 60 and report["released_bytes"] >= 0
+        assert {seg.kind for seg in store.vlog.segments.values() if seg.live_count} == {LONG}
+        assert store.check()["problems"] == []
+        assert store.relocate(T0 + DAY_MS)["relocated_records"] == 0  # long segments stay
         # a relocated record can still be cancelled, the rest are delivered intact
-        victim = next(e for e in store.scan(limit=500) if e.msg_id == f"{5:032X}")
-        assert store.cancel(victim.handle, T0 + 1000) is True
+        assert store.cancel(handles[5], T0 + DAY_MS) is True
         later = deliver_all(store, T0 + 5 * DAY_MS)
-        assert sorted(int(r.message.body[:8]) for r in later) == (
-            [i for i in range(0, 300, 5) if i != 5] + [999])
-        assert all(r.message.body == body(int(r.message.body[:8]), len(r.message.body))
-                   for r in later)
+        assert sorted(int(r.message.body[:8]) for r in later) == [
+            i for i in range(0, 300, 5) if i != 5]
+        assert all(r.message.body == body(int(r.message.body[:8])) for r in later)
         assert store.check()["problems"] == []
 
 
 def test_a_segment_that_empties_soon_is_not_relocated(path):
     with open_vlog(path, vlog_reclaim_live_pct=90, vlog_reclaim_min_pinned_sec=3600) as store:
-        store.schedule([rec(i, T0 + 100 + i * 1000, body=body(i)) for i in range(60)], T0)
-        store.schedule([rec(99, T0 + 100, body=body(99, 70_000))], T0)  # seals the first
-        deliver_all(store, T0 + 50_000)  # 50 of 60 gone: 17% live, all due within the hour
-        assert store.relocate(T0 + 50_000)["relocated_records"] == 0
-        later = deliver_all(store, T0 + 3_600_000)
-        assert len(later) == 10
-        assert store.relocate(T0 + 3_600_000)["released_bytes"] > 0
+        due = T0 + 1_200_000  # 20 minutes: one class
+        handles = [s.handle for s in store.schedule(
+            [rec(i, due + i, body=body(i)) for i in range(60)], T0)]
+        for handle in handles[:50]:
+            store.cancel(handle, T0)
+        store.maintain(T0 + 600_000)  # sealed by age; 17% live, but empty within the hour
+        assert store.relocate(T0 + 600_000)["relocated_records"] == 0
+        assert len(deliver_all(store, due + 100)) == 10
+        assert store.relocate(due + 100)["released_bytes"] > 0
 
 
 def test_a_retried_send_keeps_one_live_copy(path):

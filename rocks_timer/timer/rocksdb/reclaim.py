@@ -7,9 +7,11 @@
   (its zero count is durable) and the row read back from RocksDB confirms it.
 - **Relocation** (once per body at most): a sealed *arrival* segment whose live fraction fell
   below θ (``vlog_reclaim_live_pct``) or that is older than A (``vlog_reclaim_age_sec``), and
-  that would stay pinned for more than ``vlog_reclaim_min_pinned_sec`` (its latest due time is
-  further ahead: a segment of short delays empties by itself soon, so moving it only costs) has its
-  live records copied, in due order, into the *long* segment of their due day, fdatasync'd, and
+  that would otherwise stay pinned for more than ``vlog_reclaim_min_pinned_sec`` *and* at least
+  as long again as it has lived (its latest due time is that far ahead: a segment near the end
+  of its life, or of short delays, empties by itself soon, so moving it only costs writes; with
+  delay classes this is the usual case, and relocation is left for segments emptied early, by
+  cancels) has its live records copied, in due order, into the *long* segment of their due day, fdatasync'd, and
   re-pointed in one WriteBatch per piece; the old segment is then empty and released. Long
   segments are never relocated: they die with their day.
 
@@ -52,7 +54,7 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
             store._last_sync_ms = now_ms
             dirty = [vlog.segments[i] for i in vlog.dirty if i in vlog.segments]
             vlog.dirty.clear()
-        vlog.seal_days_before(day_of(now_ms))
+        vlog.seal(now_ms)
         if config.vlog_prefetch_ms:
             hints = _due_soon(store, now_ms + config.vlog_prefetch_ms)
         empty = vlog.releasable()
@@ -121,6 +123,8 @@ def candidates(store: "RocksTimerStore", now_ms: int) -> list[Segment]:
             continue
         if not vlog.is_sealed(seg) or seg.max_due_ms <= horizon_ms:
             continue  # open, or empty soon anyway: moving its records would only cost writes
+        if seg.max_due_ms - now_ms < now_ms - seg.created_ms:
+            continue  # past the middle of its life: the space it would free is the lesser part
         sparse = theta and seg.live_bytes * 100 < theta * seg.end
         old = age_ms and now_ms - seg.created_ms >= age_ms
         if sparse or old:

@@ -7,10 +7,16 @@ store collects ``Changes`` while it builds a batch, ``stage`` puts the new rows 
 and ``commit`` applies them in memory once the write succeeded. So the table is exact after a
 ``kill -9``: it is what the index says.
 
-Segment kinds: *arrival* segments take every new body in arrival order, one open at a time;
-*long* segments take bodies relocated by :mod:`rocks_timer.timer.rocksdb.reclaim`, one open per
-due day. A segment is sealed when it is not open; a sealed segment with no live record is
-deleted (``release``) once its zero count is durable and re-read from RocksDB.
+Segment kinds: *arrival* segments take new bodies in arrival order, one open segment per
+**delay class** (the delay at send, in classes a factor of 1.5 wide: 1-1.5 s, 1.5-2.25 s, ...,
+20-30 days, ...); *long* segments take bodies relocated by
+:mod:`rocks_timer.timer.rocksdb.reclaim`, one open per due day. Because the bodies of one
+arrival segment fall due within a factor of 1.5 of each other, a segment empties soon after its
+oldest body would have: space stays near the live payload without rewriting anything. An
+arrival segment is sealed when it is full, or once it has been open for a quarter of its
+class's shortest delay (at least a second), so no segment stays open long enough to pin its
+early bodies' space. A segment is sealed when it is not open; a sealed segment with no live
+record is deleted (``release``) once its zero count is durable and re-read from RocksDB.
 
 Crash order: record bytes appended (fdatasync'd first in sync mode) → index batch (with the
 segment's new ``end``) → release. On open, bytes past ``end`` were never indexed and are cut
@@ -19,6 +25,7 @@ reported, and the index entries pointing past it are set aside when they are cla
 """
 from __future__ import annotations
 
+import bisect
 import logging
 import struct
 import threading
@@ -42,6 +49,25 @@ COUNTERS = K.META_VLOG_COUNTERS
 U64 = struct.Struct(">Q")
 ARRIVAL, LONG = 0, 1
 DAY_MS = 86_400_000
+CLASS_FACTOR = 1.5
+# upper bound (ms, exclusive) of each delay class; class 0 holds delays under 1.5 s
+CLASS_BOUNDS = [int(1000 * CLASS_FACTOR ** (c + 1)) for c in range(64)]
+MIN_SEAL_AGE_MS = 1_000
+
+
+def delay_class(delay_ms: int) -> int:
+    """The arrival class of a body due ``delay_ms`` after its send."""
+    return bisect.bisect_right(CLASS_BOUNDS, delay_ms)
+
+
+def class_low_ms(cls: int) -> int:
+    """The shortest delay of class ``cls``."""
+    return CLASS_BOUNDS[cls - 1] if cls > 0 else 0
+
+
+def seal_age_ms(cls: int) -> int:
+    """How long an arrival segment of class ``cls`` stays open at most."""
+    return max(MIN_SEAL_AGE_MS, class_low_ms(cls) // 4)
 
 
 @dataclass(slots=True)
@@ -50,7 +76,7 @@ class Segment:
 
     id: int
     kind: int
-    day: int
+    day: int  # long segments: the due day; arrival segments: the delay class
     created_ms: int
     live_count: int
     live_bytes: int
@@ -93,8 +119,8 @@ class ValueLog:
         self.sync_writes = config.rocksdb_sync or config.flush_disk_type == "sync"
         self._meta_h = meta_h
         self.segments: dict[int, Segment] = {}
-        self.active: Segment | None = None
-        self.long_open: dict[int, Segment] = {}
+        self.open_arrival: dict[int, Segment] = {}  # delay class -> open segment
+        self.long_open: dict[int, Segment] = {}  # due day -> open segment
         self.counters: dict[bytes, int] = dict.fromkeys(COUNTERS, 0)
         self.next_id = 1
         self.dirty: set[int] = set()  # appended since the last fdatasync (async mode)
@@ -161,45 +187,35 @@ class ValueLog:
 
     def append(self, raw_keys: list[bytes], values: list[bytes], now_ms: int, batch: Any,
                changes: Changes) -> list[bytes]:
-        """Write the bodies of a schedule batch; returns the index value of each record (a
-        pointer, or the value itself when it is small) and records the new live counts."""
-        out: list[bytes] = []
-        framed: list[bytes] = []
-        at: list[int] = []
-        size = 0
+        """Write the bodies of a schedule batch, each into the open segment of its delay class;
+        returns the index value of each record (a pointer, or the value itself when it is small)
+        and records the moved segment ends in ``changes`` (the store adds the live counts)."""
+        out: list[bytes] = list(values)
+        groups: dict[int, list[int]] = {}
         inline_max = self.inline_max
-        for key, value in zip(raw_keys, values):
-            if len(value) <= inline_max:
-                out.append(value)
-                at.append(-1)
-                continue
-            record = S.frame(key, value)
-            at.append(size)
-            framed.append(record)
-            out.append(b"")
-            size += len(record)
-        if not framed:
-            return out
-        seg = self.active
-        if seg is None or (seg.file.size and seg.file.size + size > self.segment_bytes):
-            seg = self.active = self._new_segment(ARRIVAL, -1, now_ms)
-        base = seg.file.append(b"".join(framed))
-        if self.sync_writes:
-            seg.file.sync()
-        else:
-            self.dirty.add(seg.id)
-        self.counters[COUNTERS[0]] += size
-        latest = max(K.key_due_ms(key) for key, i in zip(raw_keys, at) if i >= 0)
-        if latest > seg.max_due_ms:
-            seg.max_due_ms = latest
-        n = 0
         for i, (key, value) in enumerate(zip(raw_keys, values)):
-            if at[i] < 0:
-                continue
-            length = len(framed[n])
-            n += 1
-            out[i] = I.encode_pointer(seg.id, base + at[i], length, value)
-        changes.add(seg.id, 0, 0)  # its end moves even if every record is overwritten
+            if len(value) > inline_max:
+                cls = delay_class(K.key_due_ms(key) - now_ms)
+                groups.setdefault(cls, []).append(i)
+        for cls, members in groups.items():
+            framed = [S.frame(raw_keys[i], values[i]) for i in members]
+            size = sum(map(len, framed))
+            seg = self.open_arrival.get(cls)
+            if seg is None or (seg.file.size and seg.file.size + size > self.segment_bytes):
+                seg = self.open_arrival[cls] = self._new_segment(ARRIVAL, cls, now_ms)
+            pos = seg.file.append(b"".join(framed))
+            if self.sync_writes:
+                seg.file.sync()
+            else:
+                self.dirty.add(seg.id)
+            self.counters[COUNTERS[0]] += size
+            for i, record in zip(members, framed):
+                out[i] = I.encode_pointer(seg.id, pos, len(record), values[i])
+                pos += len(record)
+            latest = max(K.key_due_ms(raw_keys[i]) for i in members)
+            if latest > seg.max_due_ms:
+                seg.max_due_ms = latest
+            changes.add(seg.id, 0, 0)  # its end moves even if every record is overwritten
         return out
 
     def append_long(self, day: int, records: list[tuple[bytes, bytes]], now_ms: int
@@ -288,12 +304,18 @@ class ValueLog:
                 seg.file.sync()
             self.dirty.discard(seg_id)
 
-    def seal_days_before(self, day: int) -> None:
-        for d in [d for d in self.long_open if d < day]:
+    def seal(self, now_ms: int) -> None:
+        """Seal the long segments of past days and the arrival segments open long enough."""
+        today = day_of(now_ms)
+        for d in [d for d in self.long_open if d < today]:
             del self.long_open[d]
+        for cls, seg in list(self.open_arrival.items()):
+            if now_ms - seg.created_ms >= seal_age_ms(cls):
+                del self.open_arrival[cls]
 
     def is_sealed(self, seg: Segment) -> bool:
-        return seg is not self.active and self.long_open.get(seg.day) is not seg
+        opened = self.open_arrival if seg.kind == ARRIVAL else self.long_open
+        return opened.get(seg.day) is not seg
 
     def releasable(self) -> list[Segment]:
         return [s for s in self.segments.values()
