@@ -19,12 +19,14 @@ coefficient fitted from the measured cells (ratios of sums, so no component can 
 - ``vlog`` (the RocksDB engine's vlog layout, cells with profile ``vlog``): value segments =
   a_body x payload (written once); the index costs bytes per *message*, not per payload byte:
   WAL = a_iwal (pointer put + delete), flush = a_iflush x P(delay > L), compaction = a_icomp x
-  P(delay > L) x log10(index bytes / 4 write buffers); relocation = a_reloc x payload x R(θ),
-  with R(θ) = P(delay > x*), x* the age at which a segment's live share falls to θ (the
-  (1 - θ) quantile of the delays), counted only for segments pinned longer than the minimum
-  (``vlog_reclaim_min_pinned_sec``); space = (x* + E[(D - x*)+] + half a day per relocated
-  message) / E[D] in a steady state (a segment's bytes stay until x*, relocated ones until the
-  end of their due day).
+  P(delay > L) x log10(index bytes / 4 write buffers); relocation = a_reloc x payload x R(θ).
+  Arrival segments hold one delay class each (a factor of 1.5 wide), so a segment is relocated
+  only when cancels left it below θ at its sealing (later it is past the middle of its life,
+  which the engine never relocates): R(θ) = sum over classes of share x (1 - cancelled) where
+  1 - cancelled < θ. Space in a steady state: a body stays on disk from its write until its
+  class segment dies, on average s/2 + hi (s = how long the segment stays open: a quarter of
+  the class's shortest delay, or its fill time if shorter; hi = the class's longest delay), or
+  until its relocation and then its due day's end; space = that / E[delay].
 
 Validation is leave-one-workload-out: every measured cell is predicted from coefficients fitted
 on the other workloads' cells. The fitted model is then applied in Spark to a synthetic day
@@ -52,9 +54,10 @@ WHEEL_FILE = 2 * 7 * 864_000 * 32  # 2 x 7 days of 100 ms slots x 32 B
 RETENTION_DAYS = 3  # file_reserved_hours = 72
 ROCKS_SPACE_AMP = 1.1  # leveled compaction, dynamic level bytes: assumed, not fitted
 INDEX_ENTRY = 80  # vlog index entry on disk: 40 B key + 27 B pointer + tags, before lz4
+SEGMENT_BYTES = 64 << 20  # vlog_segment_bytes
 THETA = 0.25  # vlog_reclaim_live_pct of the measured cells
 MIN_PINNED_MS = 6 * 3_600_000  # vlog_reclaim_min_pinned_sec of the measured cells
-THETAS = (0.0, 0.1, 0.25, 0.5)
+THETAS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.95)
 MAX_ROLLS = 40
 PAGE = 4096
 PAGE_MS = PAGE // 32 * 100  # one 4 KiB page of 32-byte slots at 100 ms precision
@@ -124,9 +127,9 @@ def workload_features(name: str, body_size: int, seed: int = 7, sample: int = 20
     # a fill-and-drain run never compacts deletes away before the end: its LSM holds every
     # flushed (long-lived) message, so that volume sets how deep compaction goes
     flushed = long * total * payload / shards
-    delays = sorted(op.delay_ms if not op.cancel else 0 for op in ops)
     index_life = memtable_lifetime_ms(rate_per_s, INDEX_ENTRY - KEY_BYTES)
-    return {"reloc": relocated_share(delays, THETA),
+    return {"reloc": relocated_share(class_table(workload_classes(ops), rate_per_s, payload,
+                                                 THETA)),
             "ilong": sum(op.delay_ms > index_life for op in ops if not op.cancel) / n,
             "ilevels": compaction_levels(long * total * INDEX_ENTRY / shards),
             "pages": pages_per_message(bins.values(), rate_per_s),
@@ -136,16 +139,59 @@ def workload_features(name: str, body_size: int, seed: int = 7, sample: int = 20
             "lsm_bytes": flushed}
 
 
-def relocated_share(sorted_delays: Sequence[float], theta: float,
-                    min_pinned_ms: float = MIN_PINNED_MS) -> float:
-    """R(θ): the share of messages a vlog segment relocates. A segment's live share falls to θ
-    at x* (the 1 - θ quantile of the delays); the messages still pending then are relocated,
-    unless the segment empties within ``min_pinned_ms`` anyway (its longest delay is shorter)."""
-    n = len(sorted_delays)
-    if not n or theta <= 0 or sorted_delays[-1] <= min_pinned_ms:
-        return 0.0
-    x_star = sorted_delays[min(n - 1, int((1 - theta) * n))]
-    return sum(1 for d in sorted_delays if d > x_star) / n
+def delay_class(delay_ms: float) -> int:
+    """The engine's arrival class (rocks_timer.timer.rocksdb.vlog.delay_class)."""
+    from rocks_timer.timer.rocksdb.vlog import delay_class as engine_class
+    return engine_class(int(delay_ms))
+
+
+def class_span_ms(cls: int) -> tuple[float, float]:
+    """(shortest, longest) delay of a class."""
+    from rocks_timer.timer.rocksdb.vlog import CLASS_BOUNDS, class_low_ms
+    return float(class_low_ms(cls)), float(CLASS_BOUNDS[cls])
+
+
+def class_table(classes: dict[int, tuple[int, int]], rate: float, payload: float,
+                theta: float) -> list[dict[str, float]]:
+    """Per class (count, cancelled): share, open time s, whether it is relocated at θ."""
+    total = sum(n for n, _ in classes.values()) or 1
+    out = []
+    for cls, (n, cancelled) in sorted(classes.items()):
+        lo, hi = class_span_ms(cls)
+        share = n / total
+        fill_ms = SEGMENT_BYTES / max(1.0, rate * payload * share) * 1000
+        open_ms = min(max(1000.0, lo / 4), fill_ms)
+        live = 1 - cancelled / n if n else 1.0
+        out.append({"class": cls, "share": share, "open_ms": open_ms, "hi_ms": hi,
+                    "live": live, "relocated": theta > 0 and live < theta})
+    return out
+
+
+def relocated_share(classes: list[dict[str, float]]) -> float:
+    """R(θ): the share of all messages a vlog store relocates (see the module docstring)."""
+    return sum(c["share"] * c["live"] for c in classes if c["relocated"])
+
+
+def space_amp(classes: list[dict[str, float]], mean_delay_ms: float,
+              relocated_delay_ms: float) -> float:
+    """Steady-state disk of the value segments over the live payload (module docstring)."""
+    disk = 0.0
+    for c in classes:
+        if c["relocated"]:
+            disk += c["share"] * c["open_ms"]
+        else:
+            disk += c["share"] * (c["open_ms"] / 2 + c["hi_ms"])
+    disk += relocated_delay_ms
+    return disk / max(1.0, mean_delay_ms)
+
+
+def workload_classes(ops) -> dict[int, tuple[int, int]]:
+    classes: dict[int, list[int]] = {}
+    for op in ops:
+        entry = classes.setdefault(delay_class(op.delay_ms), [0, 0])
+        entry[0] += 1
+        entry[1] += int(op.cancel)
+    return {k: (v[0], v[1]) for k, v in classes.items()}
 
 
 def fit(cells) -> dict[str, float]:
@@ -300,7 +346,7 @@ def project(spark, coef: dict[str, Any], n: int, mix: dict[str, float], body_siz
              "pages": pages_per_message((r["count"] for r in bins), rate),
              "ticks_per_msg": 86_400 / count,  # one wheel flush per second
              "levels": compaction_levels(pending_bytes)}
-    vlog_means, theta_table = vlog_features(df, rate, pending_bytes / payload, count)
+    vlog_means, theta_table = vlog_features(df, rate, pending_bytes / payload, payload)
     out: dict[str, Any] = {"messages_per_day": count, "payload_per_message": payload,
                            "memtable_lifetime_ms": life, "pending_bytes": pending_bytes,
                            "features": means, "engines": {}}
@@ -341,28 +387,29 @@ def project(spark, coef: dict[str, Any], n: int, mix: dict[str, float], body_siz
     return out
 
 
-def vlog_features(df, rate: float, pending_messages: float, count: int):
-    """The vlog index's features and the θ table (relocated share, space amplification) of a
-    synthetic day in steady state (Spark aggregates over its delay column)."""
+def vlog_features(df, rate: float, pending_messages: float, payload: float):
+    """The vlog index's features and the θ table (relocated share, WA, space amplification) of
+    a synthetic day in steady state (Spark aggregates over its delay column)."""
     from pyspark.sql import functions as F
-    d = F.when(F.col("cancelled"), F.lit(0.0)).otherwise(F.col("delay_ms"))
     life = memtable_lifetime_ms(rate, INDEX_ENTRY - KEY_BYTES)
-    base = df.select(d.alias("d"))
-    stats = base.agg(F.avg("d").alias("mean"), F.max("d").alias("max"),
-                     F.avg((F.col("d") > life).cast("double")).alias("ilong")).first()
-    quantiles = base.approxQuantile("d", [1 - t for t in THETAS if t > 0], 0.001)
+    d = F.col("delay_ms")
+    cls = F.when(d < 1500, F.lit(0)).otherwise(F.floor(F.log(d / 1000.0) / math.log(1.5)))
+    live_d = F.when(F.col("cancelled"), F.lit(0.0)).otherwise(d)
+    stats = df.agg(F.avg(live_d).alias("mean"),
+                   F.avg(((d > life) & ~F.col("cancelled")).cast("double")).alias("ilong")).first()
+    rows = (df.groupBy(cls.cast("int").alias("cls"))
+            .agg(F.count("*").alias("n"), F.sum(F.col("cancelled").cast("int")).alias("c"),
+                 F.sum(live_d).alias("live_delay")).collect())
+    classes = {r["cls"]: (r["n"], r["c"]) for r in rows}
+    live_delay = {r["cls"]: r["live_delay"] for r in rows}
+    total = sum(r["n"] for r in rows) or 1
     table = []
     for theta in THETAS:
-        x_star = stats["max"] if theta == 0 else quantiles[[t for t in THETAS if t > 0]
-                                                           .index(theta)]
-        row = base.agg(F.avg((F.col("d") > x_star).cast("double")).alias("r"),
-                       F.avg(F.greatest(F.col("d") - x_star, F.lit(0.0))).alias("tail")).first()
-        relocated = row["r"] if stats["max"] > MIN_PINNED_MS and theta > 0 else 0.0
-        if not relocated:  # nothing moves: a segment stays until its last record is due
-            x_star, row = stats["max"], {"tail": 0.0}
-        space = (x_star + row["tail"] + relocated * DAY_MS / 2) / max(1.0, stats["mean"])
-        table.append({"theta": theta, "x_star_days": x_star / DAY_MS, "relocated": relocated,
-                      "space_amp": space})
+        ct = class_table(classes, rate, payload, theta)
+        moved_delay = sum(live_delay[c["class"]] for c in ct if c["relocated"]) / total
+        moved = relocated_share(ct)
+        table.append({"theta": theta, "relocated": moved,
+                      "space_amp": space_amp(ct, stats["mean"], moved_delay + moved * DAY_MS / 2)})
     means = {"ilong": stats["ilong"],
              "ilevels": compaction_levels(pending_messages * INDEX_ENTRY)}
     return means, table

@@ -107,10 +107,10 @@ def test_wheel_roll_rule_matches_its_closed_form(spark):
     assert wa_model.rolls_for(30 * 86_400_000) >= 14
 
 
-def test_relocated_share_follows_theta_and_the_pinned_minimum():
+def test_class_model_relocates_only_segments_cancels_emptied():
     day = 86_400_000
-    month = [3 * day + i * (27 * day) // 1000 for i in range(1000)]  # uniform 3..30 days
-    assert abs(wa_model.relocated_share(month, 0.25) - 0.25) < 0.01
-    assert wa_model.relocated_share(month, 0.0) == 0.0
-    short = [1000 + i * 3_600 for i in range(1000)]  # all within the hour: never relocated
-    assert wa_model.relocated_share(short, 0.5) == 0.0
+    classes = {wa_model.delay_class(3 * day): (1000, 0), wa_model.delay_class(60_000): (1000, 900)}
+    table = wa_model.class_table(classes, rate=1000, payload=1100, theta=0.25)
+    assert [c["relocated"] for c in table] == [True, False]  # the 90%-cancelled class only
+    assert abs(wa_model.relocated_share(table) - 0.05) < 1e-9  # half the messages x 10% live
+    assert not any(c["relocated"] for c in wa_model.class_table(classes, 1000, 1100, 0.0))
