@@ -38,37 +38,47 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int, max_byte
         pointers: dict[bytes, bytes | None] = {}
         vlog = store.vlog
         used_bytes, last = 0, None
+        taken: list[tuple[bytes, bytes, I.Pointer | None, int]] = []
         it = store._timer.iter(read_opts)
         try:
             it.seek(store._claim_cursor)
-            while it.valid() and len(claimed) + len(corrupt) < max_messages:
+            while it.valid() and len(taken) < max_messages:
                 raw = it.key()
                 if raw in store._in_flight:
                     it.next()
                     continue
-                value = index_value = it.value()
+                value = it.value()
                 pointer = I.pointer_or_none(value) if vlog is not None else None
-                size = pointer.length if pointer else len(value)
-                if claimed and used_bytes + size > max_bytes:
+                size = pointer.length if pointer is not None else len(value)
+                if taken and used_bytes + size > max_bytes:
                     break
                 last = raw
-                try:
-                    key = K.decode_key(raw)
-                    if pointer is not None or I.is_pointer(value):
-                        value = vlog.read(raw, I.decode_pointer(raw, value))
-                    message = decode_value(raw, value)
-                except CorruptRecordError as exc:
-                    corrupt.append((raw, index_value, exc))
-                else:
-                    used_bytes += size
-                    claimed.append(DueRecord(
-                        key=key, message=message, size=size, token=raw,
-                        handle=encode_handle(key.topic, key.due_ms, key.msg_id)))
-                    pointers[raw] = index_value if pointer is not None else None
+                used_bytes += size
+                taken.append((raw, value, pointer, size))
                 it.next()
             it.status()  # a corrupt block ends the walk with an error, never early
         finally:
             del it
+        bodies = vlog.read_many([(raw, p) for raw, _, p, _ in taken if p is not None]) \
+            if vlog is not None else {}
+        for raw, index_value, pointer, size in taken:
+            try:
+                key = K.decode_key(raw)
+                value = index_value
+                if pointer is not None:
+                    value = bodies[raw]
+                    if isinstance(value, CorruptRecordError):
+                        raise value
+                elif I.is_pointer(value):  # a pointer too short to decode
+                    I.decode_pointer(raw, value)
+                message = decode_value(raw, value)
+            except CorruptRecordError as exc:
+                corrupt.append((raw, index_value, exc))
+            else:
+                claimed.append(DueRecord(
+                    key=key, message=message, size=size, token=raw,
+                    handle=encode_handle(key.topic, key.due_ms, key.msg_id)))
+                pointers[raw] = index_value if pointer is not None else None
         if corrupt:
             quarantine(store, corrupt)
         store._in_flight.update(pointers)

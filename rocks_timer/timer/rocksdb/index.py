@@ -45,15 +45,20 @@ def is_pointer(value: bytes) -> bool:
     return bool(value) and value[0] == POINTER_VERSION
 
 
-def encode_pointer(segment: int, offset: int, length: int, value: bytes) -> bytes:
+def encode_pointer(segment: int, offset: int, length: int, queue_id: int | None,
+                   body_size: int, tags: str | None) -> bytes:
     """The pointer to a record of ``length`` bytes at ``offset``, carrying what ``scan`` lists
-    (read from the inline ``value`` header and properties)."""
+    (the message's queue id, uncompressed body size and tags)."""
+    raw_tags = tags.encode("utf-8")[:MAX_TAGS] if tags else b""
+    return POINTER.pack(POINTER_VERSION, segment, offset, length, queue_id or 0, body_size,
+                        len(raw_tags)) + raw_tags
+
+
+def scan_fields(value: bytes) -> tuple[int, int, str | None]:
+    """(queue id, body size, tags) of an inline value, as a pointer to it carries them."""
     info = peek_value(b"", value)
     present, queue_id = VALUE_HEADER.unpack_from(value)[2:4]
-    tags = (info.tags or "").encode("utf-8")[:MAX_TAGS]
-    return POINTER.pack(POINTER_VERSION, segment, offset, length,
-                        queue_id if present & PRESENT_QUEUE_ID else 0, info.body_size,
-                        len(tags)) + tags
+    return (queue_id if present & PRESENT_QUEUE_ID else 0), info.body_size, info.tags
 
 
 def repoint(pointer_value: bytes, segment: int, offset: int) -> bytes:

@@ -19,12 +19,12 @@ if TYPE_CHECKING:
 
 
 def schedule_vlog(store: "RocksTimerStore", raw_keys: list[bytes], values: list[bytes], now_ms: int,
-                   batch: WriteBatch) -> None:
+                   batch: WriteBatch, fields: list) -> None:
     """Bodies into the value log, pointers into the index, liveness in the same batch. A
     key already stored (a producer's retry) or repeated in the batch keeps only its last
     value live; the bytes it replaced stop counting."""
     changes = Changes()
-    index_values = store.vlog.append(raw_keys, values, now_ms, batch, changes)
+    index_values = store.vlog.append(raw_keys, values, now_ms, batch, changes, fields)
     final = dict(zip(raw_keys, index_values))  # the last value of a repeated key wins
     distinct = list(final)
     old = store._timer.get(distinct) if len(distinct) > 1 else [store._timer.get(distinct[0])]

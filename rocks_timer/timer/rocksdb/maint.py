@@ -89,8 +89,13 @@ def reclaim_tombstones(store: "RocksTimerStore") -> dict[str, Any]:
             batch = WriteBatch(raw_mode=True)
             batch.delete_range(b"", cursor, store._timer_h)
             store._write(batch)
-        # outside _lock: claims and sends go on; the range below the cursor is frozen
-        store._timer.compact_range(None, cursor, _force_bottommost())
+        # outside _lock: claims and sends go on; the range below the cursor is frozen.
+        # inline: the deleted bodies hold disk until compaction drops them, so compact now.
+        # vlog: the index is small and scans start at the cursor; a forced compaction would
+        # rewrite every index SST (keys arrive in random due order, so each SST spans the
+        # whole key range) for little space: the range tombstone is left to normal compaction.
+        if store.vlog is None:
+            store._timer.compact_range(None, cursor, _force_bottommost())
         store._reclaimed_below = cursor
         return {"reclaimed": True, "deletes": deletes, "below_due_ms": K.key_due_ms(cursor)}
 

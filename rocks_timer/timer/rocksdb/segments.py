@@ -32,6 +32,7 @@ HEADER = struct.Struct(">BHII")
 SIZE = HEADER.size  # 11
 MAGIC = 0xA7
 MAX_KEY = (1 << 16) - 1
+_CRC = struct.Struct(">I")
 FILE_MODE = 0o600
 _crc32 = zlib.crc32
 
@@ -43,8 +44,8 @@ def segment_name(segment_id: int) -> str:
 def frame(key: bytes, value: bytes) -> bytes:
     """The record bytes of ``key`` → ``value``."""
     head = HEAD.pack(MAGIC, len(key), len(value))
-    crc = _crc32(value, _crc32(key, _crc32(head)))
-    return head + crc.to_bytes(4, "big") + key + value
+    tail = key + value
+    return head + _CRC.pack(_crc32(tail, _crc32(head))) + tail
 
 
 def parse(buf: bytes | memoryview, pos: int, where: str) -> tuple[bytes, bytes, int]:
@@ -60,12 +61,11 @@ def parse(buf: bytes | memoryview, pos: int, where: str) -> tuple[bytes, bytes, 
     if end > len(buf):
         raise CorruptRecordError(f"{where}: record at offset {pos} claims {end - pos} bytes, "
                                  f"only {len(buf) - pos} there", where=where)
-    key = bytes(buf[pos + SIZE:pos + SIZE + key_len])
-    value = bytes(buf[pos + SIZE + key_len:end])
-    if _crc32(value, _crc32(key, _crc32(bytes(buf[pos:pos + 7])))) != crc:
+    if _crc32(buf[pos + SIZE:end], _crc32(buf[pos:pos + 7])) != crc:
         raise CorruptRecordError(f"{where}: CRC mismatch in the record at offset {pos}",
                                  where=where, raw=bytes(buf[pos:end]))
-    return key, value, end
+    start = pos + SIZE
+    return bytes(buf[start:start + key_len]), bytes(buf[start + key_len:end]), end
 
 
 class SegmentFile:

@@ -203,7 +203,9 @@ class RocksTimerStore:
                 records, self._low_watermark_ms(), self.config.timer_compress_threshold)
             batch = WriteBatch(raw_mode=True)
             if self.vlog is not None:
-                self._schedule_vlog(raw_keys, values, now_ms, batch)
+                fields = [(r.message.queue_id, len(r.message.body), r.message.tags)
+                          for r in records]
+                layout.schedule_vlog(self, raw_keys, values, now_ms, batch, fields)
                 return list(map(Scheduled, handles, key_dues))
             put, timer_h = batch.put, self._timer_h
             for raw, value in zip(raw_keys, values):
@@ -214,10 +216,6 @@ class RocksTimerStore:
             self._db.write(batch, self._write_opts)
             self._pending += added
         return list(map(Scheduled, handles, key_dues))
-
-    def _schedule_vlog(self, raw_keys: list[bytes], values: list[bytes], now_ms: int,
-                       batch: WriteBatch) -> None:
-        layout.schedule_vlog(self, raw_keys, values, now_ms, batch)
 
     def _count_new(self, raw_keys: list[bytes]) -> int:
         """How many distinct keys of a schedule batch are not stored yet (the pending count is

@@ -53,6 +53,8 @@ CLASS_FACTOR = 1.5
 # upper bound (ms, exclusive) of each delay class; class 0 holds delays under 1.5 s
 CLASS_BOUNDS = [int(1000 * CLASS_FACTOR ** (c + 1)) for c in range(64)]
 MIN_SEAL_AGE_MS = 1_000
+COALESCE_GAP = 4096  # read two records in one pread when at most this many bytes lie between
+COALESCE_MAX = 1 << 20
 
 
 def delay_class(delay_ms: int) -> int:
@@ -186,10 +188,12 @@ class ValueLog:
         return seg
 
     def append(self, raw_keys: list[bytes], values: list[bytes], now_ms: int, batch: Any,
-               changes: Changes) -> list[bytes]:
+               changes: Changes, fields: list[tuple[int | None, int, str | None]]
+               ) -> list[bytes]:
         """Write the bodies of a schedule batch, each into the open segment of its delay class;
         returns the index value of each record (a pointer, or the value itself when it is small)
-        and records the moved segment ends in ``changes`` (the store adds the live counts)."""
+        and records the moved segment ends in ``changes`` (the store adds the live counts).
+        ``fields`` holds each record's (queue id, body size, tags), which its pointer carries."""
         out: list[bytes] = list(values)
         groups: dict[int, list[int]] = {}
         inline_max = self.inline_max
@@ -210,7 +214,7 @@ class ValueLog:
                 self.dirty.add(seg.id)
             self.counters[COUNTERS[0]] += size
             for i, record in zip(members, framed):
-                out[i] = I.encode_pointer(seg.id, pos, len(record), values[i])
+                out[i] = I.encode_pointer(seg.id, pos, len(record), *fields[i])
                 pos += len(record)
             latest = max(K.key_due_ms(raw_keys[i]) for i in members)
             if latest > seg.max_due_ms:
@@ -284,6 +288,55 @@ class ValueLog:
             raise CorruptRecordError(f"{where}: record holds key {stored_key.hex()}, the index "
                                      f"expected {bytes(key).hex()}", where=where, raw=data)
         return value
+
+    def read_many(self, wanted: list[tuple[bytes, I.Pointer]]
+                  ) -> dict[bytes, bytes | CorruptRecordError]:
+        """The values of many pointers (key -> value, or the error of a damaged one), read in
+        segment order with neighbouring records coalesced into one ``pread`` (a claim batch
+        often takes runs of records that were written together)."""
+        out: dict[bytes, bytes | CorruptRecordError] = {}
+        order = sorted([(p, k) for k, p in wanted])  # by segment, then offset
+        parse, n, i = S.parse, len(order), 0
+        while i < n:
+            first, key = order[i]
+            seg_id, start = first.segment, first.offset
+            end = start + first.length
+            j = i + 1
+            while j < n:
+                p = order[j][0]
+                if p.segment != seg_id or not 0 <= p.offset - end <= COALESCE_GAP \
+                        or p.offset + p.length - start > COALESCE_MAX:
+                    break
+                end = p.offset + p.length
+                j += 1
+            seg = self.segments.get(seg_id)
+            if seg is None or seg.file is None:
+                for p, k in order[i:j]:
+                    out[k] = CorruptRecordError(f"vlog segment {seg_id} offset {p.offset}: the "
+                                                f"segment is missing",
+                                                where=f"vlog segment {seg_id} offset {p.offset}")
+                i = j
+                continue
+            data = seg.file.read(start, end - start)
+            for p, k in order[i:j]:
+                at = p.offset - start
+                try:
+                    if at + p.length > len(data):
+                        raise CorruptRecordError(
+                            f"vlog segment {seg_id} offset {p.offset}: {max(0, len(data) - at)} "
+                            f"of {p.length} bytes on disk (the segment ends early)",
+                            where=f"vlog segment {seg_id} offset {p.offset}")
+                    stored_key, value, stop = parse(data, at, f"vlog segment {seg_id}")
+                    if stored_key != k or stop != at + p.length:
+                        raise CorruptRecordError(
+                            f"vlog segment {seg_id} offset {p.offset}: record holds key "
+                            f"{stored_key.hex()}, the index expected {bytes(k).hex()}",
+                            where=f"vlog segment {seg_id} offset {p.offset}")
+                    out[k] = value
+                except CorruptRecordError as exc:
+                    out[k] = exc
+            i = j
+        return out
 
     def will_need(self, pointers: Iterable[I.Pointer]) -> int:
         """Prefetch hints for records due soon; returns how many ranges were hinted."""
