@@ -107,6 +107,35 @@ def timed_drain(broker: Broker, n: int) -> float:
     return time.perf_counter() - start
 
 
+def bench_layouts(n: int, runs: int) -> dict:
+    """The two layouts of the RocksDB engine in one run, interleaved: ``schedule`` in batches
+    of 100 and delivery into the CommitLog (due messages drained by ``Broker.tick``)."""
+    times: dict[str, dict[str, list[float]]] = {
+        layout: {"send": [], "deliver": []} for layout in ("inline", "vlog")}
+    for run in range(runs):
+        for layout in ("inline", "vlog") if run % 2 == 0 else ("vlog", "inline"):
+            recs = records(n, 4 + run)
+            with scratch_dir(prefix=f"layout-{layout}-") as d:
+                clock = ManualClock(T0)
+                broker = Broker.open(d / "b", BrokerConfig(
+                    rocksdb_layout=layout, timer_deliver_batch=2000, timer_max_in_flight=4000),
+                    clock=clock)
+                with settled_gc():
+                    start = time.perf_counter()
+                    for i in range(0, n, 100):
+                        broker.timer.schedule(recs[i:i + 100], T0)
+                    times[layout]["send"].append(time.perf_counter() - start)
+                clock.set(T0 + 3_700_000)
+                times[layout]["deliver"].append(timed_drain(broker, n))
+                broker.close()
+    out: dict = {layout: {f"{what}_msgs_per_s": round(n / median(t)) for what, t in parts.items()}
+                 for layout, parts in times.items()}
+    out["vlog_vs_inline"] = {
+        what: round(median(times["inline"][what]) / median(times["vlog"][what]), 3)
+        for what in ("send", "deliver")}
+    return out
+
+
 def bench_deliver(n: int) -> dict:
     recs = records(n, 2, spread_ms=60_000)
     with scratch_dir(prefix="deliver-") as d:
@@ -221,8 +250,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.burst_child is not None:
         print(json.dumps(burst_child(args.burst_child)))
         return 0
-    result = {"profile": BrokerConfig().rocksdb_profile, "send": bench_send(args.messages, args.runs),
+    result = {"profile": BrokerConfig().rocksdb_profile,
+              "layout": BrokerConfig().rocksdb_layout,
+              "send": bench_send(args.messages, args.runs),
               "deliver": bench_deliver(args.messages),
+              "layouts": bench_layouts(args.messages, args.runs),
               "lateness": bench_lateness(args.rate, args.seconds)}
     child = subprocess.run([sys.executable, "-m", "bench.rocks", "--burst-child", str(args.burst)],
                            capture_output=True, text=True, check=True)
@@ -230,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     path = write_result("rocks", {"args": {k: str(v) for k, v in vars(args).items()}, **result},
                         args.results_dir)
     s, dl, la, b = result["send"], result["deliver"], result["lateness"], result["burst"]
+    ly = result["layouts"]
     print("| figure | measured | target |\n|---|---|---|")
     for batch in ("batch1", "batch100"):
         print(f"| send {batch}: store / raw WriteBatch | {s[batch]['store_msgs_per_s']:,} / "
@@ -237,6 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| Broker.send_batch(100) end to end | {s['broker_send_batch100_msgs_per_s']:,} msg/s | |")
     print(f"| deliver into CommitLog / CommitLog append | {dl['deliver_msgs_per_s']:,} / "
           f"{dl['commitlog_append_msgs_per_s']:,} msg/s ({dl['deliver_vs_append']:.0%}) | |")
+    print(f"| vlog / inline, same run: schedule(100) | {ly['vlog']['send_msgs_per_s']:,} / "
+          f"{ly['inline']['send_msgs_per_s']:,} msg/s ({ly['vlog_vs_inline']['send']:.0%}) | "
+          f">= 80% |")
+    print(f"| vlog / inline, same run: deliver into CommitLog | "
+          f"{ly['vlog']['deliver_msgs_per_s']:,} / {ly['inline']['deliver_msgs_per_s']:,} msg/s "
+          f"({ly['vlog_vs_inline']['deliver']:.0%}) | >= 80% |")
     print(f"| lateness at {la['rate_per_s']}/s: p50 / p99 / max | {la['p50_ms']} / {la['p99_ms']} / "
           f"{la['max_ms']} ms, early {la['early']} | p99 <= 200 ms, 0 early |")
     print(f"| burst {b['messages']:,} due in 1 s: drain, peak RSS | {b['drain_s']} s "

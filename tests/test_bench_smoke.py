@@ -40,6 +40,8 @@ def test_bench_rocks_smoke(tmp_path, capsys):
     assert report["lateness"]["early"] == 0
     assert report["lateness"]["delivered"] == report["lateness"]["sent"] > 0
     assert report["burst"]["messages"] == 2000 and report["burst"]["peak_rss_mb"] > 0
+    assert set(report["layouts"]) == {"inline", "vlog", "vlog_vs_inline"}
+    assert report["layouts"]["vlog_vs_inline"]["deliver"] > 0
     assert report["send"]["batch100"]["store_msgs_per_s"] > 0
     assert "empty tick" in capsys.readouterr().out
 
