@@ -44,6 +44,10 @@ def schedule_vlog(store: "RocksTimerStore", raw_keys: list[bytes], values: list[
     store._db.write(batch, store._write_opts)
     store.vlog.commit(new)
     store._pending += added
+    for raw in distinct:
+        if raw in store._in_flight:  # a retry of a key being delivered: completing it
+            value = final[raw]  # must drop the copy the index now points at
+            store._in_flight[raw] = value if I.is_pointer(value) else None
 
 
 def stage_removed(store: "RocksTimerStore", index_values: Iterable[bytes | None], batch: WriteBatch,

@@ -140,7 +140,7 @@ def _maybe_start_relocation(store: "RocksTimerStore", now_ms: int) -> None:
             return
         todo = candidates(store, now_ms)
         for seg in todo:
-            seg.busy = True
+            seg.busy += 1
     if not todo:
         return
     store._relocator = threading.Thread(target=_relocate_quietly, args=(store, todo, now_ms),
@@ -159,7 +159,7 @@ def _relocate_quietly(store: "RocksTimerStore", segs: list[Segment], now_ms: int
         log.exception("timer store %s: vlog relocation failed", store.path)
     finally:
         for seg in segs:
-            seg.busy = False
+            seg.busy -= 1
 
 
 def relocate(store: "RocksTimerStore", now_ms: int) -> dict[str, Any]:
@@ -168,14 +168,14 @@ def relocate(store: "RocksTimerStore", now_ms: int) -> dict[str, Any]:
         store._check_open()
         todo = candidates(store, now_ms)
         for seg in todo:
-            seg.busy = True
+            seg.busy += 1
     moved = 0
     try:
         for seg in todo:
             moved += relocate_segment(store, seg, now_ms)
     finally:
         for seg in todo:
-            seg.busy = False
+            seg.busy -= 1
     freed = release_empty(store)
     return {"segments": len(todo), "relocated_records": moved, "released_bytes": freed}
 
@@ -215,24 +215,35 @@ def _move_piece(store: "RocksTimerStore", seg: Segment, piece: list, now_ms: int
         return 0
     live.sort()  # key order = due order
     moved = 0
-    for day, group in groupby(live, key=lambda item: day_of(K.key_due_ms(item[0]))):
+    today = day_of(now_ms)  # a body already due goes to today's segment, not a past day's
+    for day, group in groupby(live, key=lambda item: max(today, day_of(K.key_due_ms(item[0])))):
         group = list(group)
         target, offsets = vlog.append_long(day, [(k, v) for k, v, _ in group], now_ms)
-        with store._lock:
-            store._check_open()
-            now_values = store._timer.get([k for k, _, _ in group])
-            batch = WriteBatch(raw_mode=True)
-            changes = Changes()
-            changes.add(target.id, 0, 0)
-            for (key, _, seen), offset, now_value in zip(group, offsets, now_values):
-                if now_value is None or bytes(now_value) != seen or key in store._in_flight:
-                    continue  # changed while we copied: the copy is dead
-                new_value = I.repoint(seen, target.id, offset)
-                batch.put(key, new_value, store._timer_h)
-                changes.drop(seen)
-                changes.keep(new_value)
-                moved += 1
-            new = vlog.stage(changes, batch)
-            store._write(batch)
-            vlog.commit(new)
+        try:
+            moved += _repoint(store, target, group, offsets)
+        finally:
+            target.busy -= 1
+    return moved
+
+
+def _repoint(store: "RocksTimerStore", target: Segment, group: list, offsets: list[int]) -> int:
+    """Point the index at the copies in ``target``, for the records unchanged since read."""
+    vlog, moved = store.vlog, 0
+    with store._lock:
+        store._check_open()
+        now_values = store._timer.get([k for k, _, _ in group])
+        batch = WriteBatch(raw_mode=True)
+        changes = Changes()
+        changes.add(target.id, 0, 0)
+        for (key, _, seen), offset, now_value in zip(group, offsets, now_values):
+            if now_value is None or bytes(now_value) != seen or key in store._in_flight:
+                continue  # changed while we copied: the copy is dead
+            new_value = I.repoint(seen, target.id, offset)
+            batch.put(key, new_value, store._timer_h)
+            changes.drop(seen)
+            changes.keep(new_value)
+            moved += 1
+        new = vlog.stage(changes, batch)
+        store._write(batch)
+        vlog.commit(new)
     return moved

@@ -85,7 +85,7 @@ class Segment:
     end: int
     max_due_ms: int = 0
     file: S.SegmentFile | None = None
-    busy: bool = False  # being relocated: not released meanwhile
+    busy: int = 0  # relocations using it (as source or target): not released meanwhile
 
 
 
@@ -127,7 +127,9 @@ class ValueLog:
         self.next_id = 1
         self.dirty: set[int] = set()  # appended since the last fdatasync (async mode)
         self.short_segments: list[int] = []
-        self._alloc_lock = threading.Lock()  # relocation creates long segments off the lock
+        # segment creation, sealing, choosing a relocation target and release: relocation works
+        # off the store lock, so these meet here
+        self._alloc_lock = threading.RLock()
         self.missing_segments: list[int] = []
         self._load(meta)
 
@@ -229,9 +231,11 @@ class ValueLog:
         each record's offset."""
         framed = [S.frame(k, v) for k, v in records]
         size = sum(map(len, framed))
-        seg = self.long_open.get(day)
-        if seg is None or (seg.file.size and seg.file.size + size > self.segment_bytes):
-            seg = self.long_open[day] = self._new_segment(LONG, day, now_ms)
+        with self._alloc_lock:
+            seg = self.long_open.get(day)
+            if seg is None or (seg.file.size and seg.file.size + size > self.segment_bytes):
+                seg = self.long_open[day] = self._new_segment(LONG, day, now_ms)
+            seg.busy += 1  # the caller releases it once the index points into it (or not)
         base = seg.file.append(b"".join(framed))
         seg.file.sync()
         offsets, pos = [], base
@@ -360,11 +364,12 @@ class ValueLog:
     def seal(self, now_ms: int) -> None:
         """Seal the long segments of past days and the arrival segments open long enough."""
         today = day_of(now_ms)
-        for d in [d for d in self.long_open if d < today]:
-            del self.long_open[d]
-        for cls, seg in list(self.open_arrival.items()):
-            if now_ms - seg.created_ms >= seal_age_ms(cls):
-                del self.open_arrival[cls]
+        with self._alloc_lock:
+            for d in [d for d in self.long_open if d < today]:
+                del self.long_open[d]
+            for cls, seg in list(self.open_arrival.items()):
+                if now_ms - seg.created_ms >= seal_age_ms(cls):
+                    del self.open_arrival[cls]
 
     def is_sealed(self, seg: Segment) -> bool:
         opened = self.open_arrival if seg.kind == ARRIVAL else self.long_open
@@ -378,8 +383,15 @@ class ValueLog:
                 batch: Any) -> int:
         """Delete the files of ``segs`` whose durable row (re-read from RocksDB after a WAL
         sync) confirms zero live records; their rows go into ``batch``. Returns bytes freed."""
+        with self._alloc_lock:
+            return self._release(segs, durable_rows, batch)
+
+    def _release(self, segs: list[Segment], durable_rows: dict[int, bytes | None],
+                 batch: Any) -> int:
         freed = 0
         for seg in segs:
+            if seg.busy or seg.live_count or not self.is_sealed(seg):
+                continue  # picked up by a relocation since the list was made
             row = durable_rows.get(seg.id)
             if row is not None and SEGMENT.unpack(row)[3] != 0:
                 log.error("vlog segment %d: memory says empty, RocksDB says %d live; kept",
