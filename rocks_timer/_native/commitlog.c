@@ -50,8 +50,8 @@ void crc_init(void) {
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
 }
 
-static uint32_t crc32_sliced(const unsigned char *p, size_t n) {
-    uint32_t c = 0xFFFFFFFFu;
+static uint32_t crc32_sliced(uint32_t seed, const unsigned char *p, size_t n) {
+    uint32_t c = seed ^ 0xFFFFFFFFu;
     while (n >= 8) {
         uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
                            (uint32_t)p[3] << 24);
@@ -68,9 +68,13 @@ static uint32_t crc32_sliced(const unsigned char *p, size_t n) {
     return c ^ 0xFFFFFFFFu;
 }
 
+uint32_t crc32_update(uint32_t seed, const unsigned char *p, size_t n) {
+    if (zlib_crc32 == NULL || n > 0xFFFFFFFFu) return crc32_sliced(seed, p, n);
+    return (uint32_t)zlib_crc32(seed, p, (unsigned int)n);
+}
+
 static uint32_t crc32_bytes(const unsigned char *p, size_t n) {
-    if (zlib_crc32 == NULL || n > 0xFFFFFFFFu) return crc32_sliced(p, n);
-    return (uint32_t)zlib_crc32(0, p, (unsigned int)n);
+    return crc32_update(0, p, n);
 }
 
 static const unsigned char LOCALHOST[8] = {127, 0, 0, 1, 0, 0, 0x2A, 0x9F}; /* 127.0.0.1:10911 */

@@ -1,5 +1,6 @@
 /* The extension module rocks_timer._native.codec: the hot paths of the CommitLog writer
- * (commitlog.c), of reading messages (fields.c) and of scheduling into RocksDB (timer.c). */
+ * (commitlog.c), of reading messages (fields.c), of scheduling into RocksDB (timer.c) and of
+ * reading value segments (vlog.c). */
 #include "native.h"
 
 static PyObject *encode_properties(PyObject *self, PyObject *mapping) {
@@ -26,6 +27,8 @@ static PyMethodDef methods[] = {
     {"pwrite_all", pwrite_all, METH_VARARGS,
      "Write a whole buffer at an offset in slices, with the GIL released once."},
     {"crc32", crc32, METH_O, "CRC32 (IEEE, as zlib.crc32) of a bytes-like object."},
+    {"vlog_parse", vlog_parse, METH_VARARGS,
+     "Check and split value-segment records read in one buffer: a value or an error each."},
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},
     {NULL, NULL, 0, NULL},
 };

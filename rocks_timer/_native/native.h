@@ -32,6 +32,10 @@ PyObject *encode_batch(PyObject *self, PyObject *args);
 PyObject *prepare_batch(PyObject *self, PyObject *args);
 PyObject *pwrite_all(PyObject *self, PyObject *args);
 PyObject *crc32(PyObject *self, PyObject *arg);
+/* CRC32 (as zlib.crc32(data, seed)) continuing from ``seed``. */
+uint32_t crc32_update(uint32_t seed, const unsigned char *p, size_t n);
+/* vlog.c */
+PyObject *vlog_parse(PyObject *self, PyObject *args);
 /* timer.c */
 void timer_init(void);
 PyObject *encode_schedule(PyObject *self, PyObject *args);

@@ -27,6 +27,11 @@ from pathlib import Path
 from rocks_timer.errors import CorruptRecordError
 from rocks_timer.fileio import pwrite_all
 
+try:
+    from rocks_timer._native import codec as native
+except ImportError:  # pragma: no cover - no C compiler at install time
+    native = None
+
 HEAD = struct.Struct(">BHI")  # magic, key_len, value_len (the CRC follows)
 HEADER = struct.Struct(">BHII")
 SIZE = HEADER.size  # 11
@@ -66,6 +71,37 @@ def parse(buf: bytes | memoryview, pos: int, where: str) -> tuple[bytes, bytes, 
                                  where=where, raw=bytes(buf[pos:end]))
     start = pos + SIZE
     return bytes(buf[start:start + key_len]), bytes(buf[start + key_len:end]), end
+
+
+def parse_run_py(data: bytes, items: list[tuple[int, int, bytes]]) -> list[bytes | str]:
+    """Check and split records read in one buffer: for each (at, length, key), the record's
+    value, or a code saying why it is refused (``past-end``, ``bad-magic``, ``bad-length``,
+    ``bad-crc``, ``other-key``). The reference of the native ``vlog_parse``."""
+    out: list[bytes | str] = []
+    size = len(data)
+    for at, length, key in items:
+        if at < 0 or length < SIZE or at > size or length > size - at:
+            out.append("past-end")
+            continue
+        magic, key_len, value_len, crc = HEADER.unpack_from(data, at)
+        if magic != MAGIC:
+            out.append("bad-magic")
+        elif SIZE + key_len + value_len != length:
+            out.append("bad-length")
+        elif _crc32(data[at + SIZE:at + length], _crc32(data[at:at + 7])) != crc:
+            out.append("bad-crc")
+        elif data[at + SIZE:at + SIZE + key_len] != key:
+            out.append("other-key")
+        else:
+            out.append(data[at + SIZE + key_len:at + length])
+    return out
+
+
+parse_run = native.vlog_parse if native is not None and hasattr(native, "vlog_parse") \
+    else parse_run_py
+REFUSED = {"past-end": "the record runs past the end of the segment (it ends early)",
+           "bad-magic": "bad magic byte", "bad-length": "its lengths do not match the index",
+           "bad-crc": "CRC mismatch", "other-key": "the record holds another key"}
 
 
 class SegmentFile:

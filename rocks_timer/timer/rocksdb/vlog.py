@@ -300,7 +300,7 @@ class ValueLog:
         often takes runs of records that were written together)."""
         out: dict[bytes, bytes | CorruptRecordError] = {}
         order = sorted([(p, k) for k, p in wanted])  # by segment, then offset
-        parse, n, i = S.parse, len(order), 0
+        n, i = len(order), 0
         while i < n:
             first, key = order[i]
             seg_id, start = first.segment, first.offset
@@ -322,23 +322,16 @@ class ValueLog:
                 i = j
                 continue
             data = seg.file.read(start, end - start)
-            for p, k in order[i:j]:
-                at = p.offset - start
-                try:
-                    if at + p.length > len(data):
-                        raise CorruptRecordError(
-                            f"vlog segment {seg_id} offset {p.offset}: {max(0, len(data) - at)} "
-                            f"of {p.length} bytes on disk (the segment ends early)",
-                            where=f"vlog segment {seg_id} offset {p.offset}")
-                    stored_key, value, stop = parse(data, at, f"vlog segment {seg_id}")
-                    if stored_key != k or stop != at + p.length:
-                        raise CorruptRecordError(
-                            f"vlog segment {seg_id} offset {p.offset}: record holds key "
-                            f"{stored_key.hex()}, the index expected {bytes(k).hex()}",
-                            where=f"vlog segment {seg_id} offset {p.offset}")
-                    out[k] = value
-                except CorruptRecordError as exc:
-                    out[k] = exc
+            group = order[i:j]
+            results = S.parse_run(data, [(p.offset - start, p.length, k) for p, k in group])
+            for (p, k), result in zip(group, results):
+                if type(result) is bytes:
+                    out[k] = result
+                else:
+                    where = f"vlog segment {seg_id} offset {p.offset}"
+                    out[k] = CorruptRecordError(f"{where}: {S.REFUSED[result]}", where=where,
+                                                raw=data[p.offset - start:p.offset - start
+                                                         + p.length])
             i = j
         return out
 
