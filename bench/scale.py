@@ -31,7 +31,26 @@ def run_one(workload: str, profile: str, messages: int, workdir: str) -> dict:
                     workdir=workdir)
 
 
+PARTS = ("cl_delivery", "consumequeue", "rocks_wal", "rocks_flush", "rocks_compaction",
+         "rocks_vlog", "rocks_relocation")
+
+
+def components(rows: list[dict]) -> str:
+    """Logical bytes per payload byte, by component."""
+    head = ["workload", "profile", *PARTS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        payload = max(1, row["payload_bytes"])
+        lines.append("| " + " | ".join([row["workload"], row["profile"]] + [
+            f"{row.get(name, 0) / payload:.3f}" for name in PARTS]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def summary(rows: list[dict]) -> str:
+    return table(rows) + "\n" + components(rows)
+
+
+def table(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(SHOWN) + " |", "|" + "---|" * len(SHOWN)]
     for row in rows:
         cells = []
@@ -55,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="bench/results/scale")
     parser.add_argument("--workdir", default=str(Path(__file__).resolve().parent / "results" / "tmp"))
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--report", action="store_true",
+                        help="only rewrite summary.md from the rows already in --out")
     args = parser.parse_args(argv)
     if args.one:  # the child: one cell, its row as JSON on stdout
         row = run_one(args.workloads, args.profiles, args.messages, args.workdir)
@@ -62,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.report:
+        rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+        (out / "summary.md").write_text(summary(rows), encoding="utf-8")
+        print(summary(rows))
+        return 0
     rows = []
     for workload in args.workloads.split(","):
         for profile in args.profiles.split(","):
