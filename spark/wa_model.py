@@ -6,11 +6,11 @@ Per engine, each component of the bytes a message costs is a simple mechanism wi
 coefficient fitted from the measured cells (ratios of sums, so no component can go negative):
 
 - CommitLog delivery + ConsumeQueue (all engines): (payload + record header) x (1 - cancelled);
-- ``rocksdb``: WAL = a_wal x payload (the put and the delete); flush = a_flush x payload x
-  P(delay > L), where L = memtable lifetime = write buffer / (rate x payload): a key deleted
-  before its memtable is flushed is never flushed or compacted (L is half the time to fill a
-  memtable); compaction = a_comp x payload x P(delay > L) x log10(LSM bytes / 4 write buffers),
-  the decades of size above the L0 trigger; the LSM holds every flushed message in a
+- ``rocksdb`` (the inline layout): WAL = a_wal x payload (the put and the delete); flush =
+  a_flush x payload x P(delay > L), where L = memtable lifetime = write buffer / (rate x
+  payload): a key deleted before its memtable is flushed is never flushed or compacted (L is
+  half the time to fill a memtable); compaction = a_comp x payload x P(delay > L) x (LSM GB)^b,
+  a power law fitted in log space (``compaction_law``); the LSM holds every flushed message in a
   fill-and-drain bench cell, and the pending messages (Little's law) in a steady-state day;
 - ``wheel``: CommitLog timer topic = R x (1 + rolls(delay)) (+ a marker per cancel), TimerLog =
   52 B x (1 + rolls), slot pages + checkpoint = a_slots x payload (fitted; rate dependent), with
@@ -136,6 +136,7 @@ def workload_features(name: str, body_size: int, seed: int = 7, sample: int = 20
             "cancel": sum(op.cancel for op in ops) / n,
             "rolls": sum(rolls_for(op.delay_ms) for op in ops if not op.cancel) / n,
             "long": long, "levels": compaction_levels(flushed), "pending_bytes": pending,
+            "lsm_gb": flushed / 1e9,
             "lsm_bytes": flushed}
 
 
@@ -194,6 +195,23 @@ def workload_classes(ops) -> dict[int, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in classes.items()}
 
 
+def compaction_law(cells) -> dict[str, float]:
+    """The inline store's compaction bytes per flushed payload byte as a power of the LSM's
+    size in GB, fitted by least squares in log space over the cells that compacted. (Leveled
+    compaction of random keys costs about a rewrite per level per tenfold; the engine's reclaim
+    also forces a compaction below the cursor every 100,000 deletes, which grows with the store
+    too: one empirical law covers both, and says so by its exponent.)"""
+    import numpy as np
+    x = np.log(cells["f_lsm_gb"].to_numpy(dtype=float))
+    y = np.log((cells["rocks_compaction"] / (cells["payload_bytes"] * cells["f_long"]))
+               .to_numpy(dtype=float))
+    if len(set(np.round(x, 6))) < 2:
+        return {"rocks_compaction": float(np.exp(y.mean())) if len(y) else 0.0,
+                "rocks_compaction_exp": 0.0}
+    slope, intercept = np.polyfit(x, y, 1)
+    return {"rocks_compaction": float(np.exp(intercept)), "rocks_compaction_exp": float(slope)}
+
+
 def fit(cells) -> dict[str, float]:
     """Coefficients (ratios of sums over ``cells``, a pandas frame of aggregated cells)."""
     def ratio(mask, num, den) -> float:
@@ -202,7 +220,7 @@ def fit(cells) -> dict[str, float]:
     c = cells
     msgs, payload = c["messages"], c["payload_bytes"]
     per_msg = payload / msgs
-    cancel, long, levels_n = c["f_cancel"], c["f_long"], c["f_levels"]
+    cancel, long = c["f_cancel"], c["f_long"]
     delivered_payload = per_msg * c["delivered"]
     rocks, wheel, levels = (c["engine"] == "rocksdb"), (c["engine"] == "wheel"), \
         (c["engine"] == "levels")
@@ -214,7 +232,7 @@ def fit(cells) -> dict[str, float]:
         "record_header": header,
         "rocks_wal": ratio(rocks, c["rocks_wal"], payload),
         "rocks_flush": ratio(rocks, c["rocks_flush"], payload * long),
-        "rocks_compaction": ratio(rocks, c["rocks_compaction"], payload * long * levels_n),
+        **compaction_law(c[rocks & (c["rocks_compaction"] > 0) & (c["f_lsm_gb"] > 0)]),
         "wheel_roll_record": ratio(wheel & (c["rolls"] > 0), c["wheel_rolls"],
                                    c["rolls"] * per_msg) or None,
         "wheel_marker": ratio(marked, c["cl_timer_topic"] - c["wheel_rolls"] - payload
@@ -239,7 +257,7 @@ def fit(cells) -> dict[str, float]:
 def predict_per_message(engine: str, coef: dict[str, Any], payload: float, cancel: float,
                         rolls: float, long: float, pages: float = 0.0,
                         ticks_per_msg: float = 0.0, levels: float = 0.0, reloc: float = 0.0,
-                        ilevels: float = 0.0, ilong: float = 0.0) -> float:
+                        ilevels: float = 0.0, ilong: float = 0.0, lsm_gb: float = 0.0) -> float:
     """Predicted logical bytes per sent message (means over the workload)."""
     record = payload + coef["record_header"]
     base = (1 - cancel) * (record + CQ_ENTRY)
@@ -251,7 +269,8 @@ def predict_per_message(engine: str, coef: dict[str, Any], payload: float, cance
                 + (coef.get("vlog_relocation") or 1.0) * payload * reloc)
     if engine == "rocksdb":
         return (base + coef["rocks_wal"] * payload + coef["rocks_flush"] * payload * long
-                + coef["rocks_compaction"] * payload * long * levels)
+                + (coef["rocks_compaction"] * payload * long
+                   * lsm_gb ** coef.get("rocks_compaction_exp", 1.0) if lsm_gb > 0 else 0.0))
     if engine == "wheel":
         roll_record = coef["wheel_roll_record"] * payload if coef.get("wheel_roll_record") \
             else record
@@ -275,7 +294,8 @@ def validate(cells) -> list[dict[str, Any]]:
         pred = predict_per_message(row["engine"], coef, payload, row["f_cancel"], row["f_rolls"],
                                    row["f_long"], row["f_pages"], row["ticks"] / row["messages"],
                                    row["f_levels"], row["f_reloc"],
-                                   row["f_ilevels"], row["f_ilong"]) * row["messages"]
+                                   row["f_ilevels"], row["f_ilong"],
+                                   row["f_lsm_gb"]) * row["messages"]
         out.append({"engine": row["engine"], "workload": row["workload"],
                     "profile": row["profile"], "body_size": int(row["body_size"]),
                     "messages": int(row["messages"]),
@@ -345,7 +365,7 @@ def project(spark, coef: dict[str, Any], n: int, mix: dict[str, float], body_siz
              "long": agg["long"] / count,
              "pages": pages_per_message((r["count"] for r in bins), rate),
              "ticks_per_msg": 86_400 / count,  # one wheel flush per second
-             "levels": compaction_levels(pending_bytes)}
+             "levels": compaction_levels(pending_bytes), "lsm_gb": pending_bytes / 1e9}
     vlog_means, theta_table = vlog_features(df, rate, pending_bytes / payload, payload)
     out: dict[str, Any] = {"messages_per_day": count, "payload_per_message": payload,
                            "memtable_lifetime_ms": life, "pending_bytes": pending_bytes,
