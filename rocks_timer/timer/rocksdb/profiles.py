@@ -81,18 +81,15 @@ def tuned_profile() -> Options:
 
 
 def tune_vlog_index(db_opts: Options, index_opts: Options) -> None:
-    """A vlog store's ``timer`` family holds small pointers, written once and deleted in due
-    order: SST files dense with tombstones are compacted soon (deletion-triggered compaction),
-    so delivered entries stop holding disk without a forced full compaction. Every batch also
-    writes ``meta``, whose memtable hardly grows and so would keep every WAL file alive: a
-    WAL total above ``VLOG_MAX_WAL`` flushes it. Neither setting defines the format."""
-    index_opts.add_compact_on_deletion_collector_factory(VLOG_DELETE_WINDOW, VLOG_DELETE_TRIGGER,
-                                                         0.5)
+    """A vlog store writes ``meta`` in every batch, and ``meta``'s memtable hardly grows, so it
+    would keep every WAL file alive (the index's own WAL share is small): a WAL total above
+    ``VLOG_MAX_WAL`` flushes it. Measured at 2,000,000 ``short`` messages: timer-store space
+    1.73 -> 1.30 x the live payload, for +0.01 payload of writes. (A deletion-triggered
+    compaction of the index was tried too and dropped: +0.08 payload of index compaction at
+    2,000,000 ``day`` messages for no space gain.) Neither setting defines the format."""
     db_opts.set_max_total_wal_size(VLOG_MAX_WAL)
 
 
-VLOG_DELETE_WINDOW = 16_384
-VLOG_DELETE_TRIGGER = 8_192
 VLOG_MAX_WAL = 16 * MiB
 
 
