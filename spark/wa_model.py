@@ -9,8 +9,10 @@ coefficient fitted from the measured cells (ratios of sums, so no component can 
 - ``rocksdb`` (the inline layout): WAL = a_wal x payload (the put and the delete); flush =
   a_flush x payload x P(delay > L), where L = memtable lifetime = write buffer / (rate x
   payload): a key deleted before its memtable is flushed is never flushed or compacted (L is
-  half the time to fill a memtable); compaction = a_comp x payload x P(delay > L) x (LSM GB)^b,
-  a power law fitted in log space (``compaction_law``); the LSM holds every flushed message in a
+  half the time to fill a memtable); compaction = payload x (P(delay > L) + P(cancelled)) x
+  (c0 + c1 x log10(LSM GB)), a line in the decades of size fitted by least squares
+  (``compaction_law``; a cancel is a delete, and the reclaim compacts per 100,000 deletes);
+  the LSM holds every flushed message in a
   fill-and-drain bench cell, and the pending messages (Little's law) in a steady-state day;
 - ``wheel``: CommitLog timer topic = R x (1 + rolls(delay)) (+ a marker per cancel), TimerLog =
   52 B x (1 + rolls), slot pages + checkpoint = a_slots x payload (fitted; rate dependent), with
@@ -196,20 +198,22 @@ def workload_classes(ops) -> dict[int, tuple[int, int]]:
 
 
 def compaction_law(cells) -> dict[str, float]:
-    """The inline store's compaction bytes per flushed payload byte as a power of the LSM's
-    size in GB, fitted by least squares in log space over the cells that compacted. (Leveled
-    compaction of random keys costs about a rewrite per level per tenfold; the engine's reclaim
-    also forces a compaction below the cursor every 100,000 deletes, which grows with the store
-    too: one empirical law covers both, and says so by its exponent.)"""
+    """The inline store's compaction bytes per flushed payload byte as a straight line in the
+    decades of the LSM's size (c0 + c1 x log10(LSM GB)), fitted by least squares over the cells
+    that compacted: leveled compaction of random keys costs about a rewrite per level per
+    tenfold of store size, and the engine's reclaim forces a compaction below the cursor every
+    100,000 deletes (deliveries and cancels alike), which starts the cost below the size where
+    the log law alone would."""
     import numpy as np
-    x = np.log(cells["f_lsm_gb"].to_numpy(dtype=float))
-    y = np.log((cells["rocks_compaction"] / (cells["payload_bytes"] * cells["f_long"]))
-               .to_numpy(dtype=float))
+    x = np.log10(cells["f_lsm_gb"].to_numpy(dtype=float))
+    y = (cells["rocks_compaction"] / (cells["payload_bytes"] * (cells["f_long"]
+                                                                + cells["f_cancel"]))).to_numpy(
+        dtype=float)
     if len(set(np.round(x, 6))) < 2:
-        return {"rocks_compaction": float(np.exp(y.mean())) if len(y) else 0.0,
-                "rocks_compaction_exp": 0.0}
+        return {"rocks_compaction": float(y.mean()) if len(y) else 0.0,
+                "rocks_compaction_per_decade": 0.0}
     slope, intercept = np.polyfit(x, y, 1)
-    return {"rocks_compaction": float(np.exp(intercept)), "rocks_compaction_exp": float(slope)}
+    return {"rocks_compaction": float(intercept), "rocks_compaction_per_decade": float(slope)}
 
 
 def fit(cells) -> dict[str, float]:
@@ -269,8 +273,8 @@ def predict_per_message(engine: str, coef: dict[str, Any], payload: float, cance
                 + (coef.get("vlog_relocation") or 1.0) * payload * reloc)
     if engine == "rocksdb":
         return (base + coef["rocks_wal"] * payload + coef["rocks_flush"] * payload * long
-                + (coef["rocks_compaction"] * payload * long
-                   * lsm_gb ** coef.get("rocks_compaction_exp", 1.0) if lsm_gb > 0 else 0.0))
+                + payload * (long + cancel) * max(0.0, coef["rocks_compaction"] + coef.get(
+                    "rocks_compaction_per_decade", 0.0) * math.log10(max(lsm_gb, 1e-9))))
     if engine == "wheel":
         roll_record = coef["wheel_roll_record"] * payload if coef.get("wheel_roll_record") \
             else record
