@@ -80,19 +80,6 @@ def tuned_profile() -> Options:
     return opts
 
 
-def tune_vlog_index(db_opts: Options, index_opts: Options) -> None:
-    """A vlog store writes ``meta`` in every batch, and ``meta``'s memtable hardly grows, so it
-    would keep every WAL file alive (the index's own WAL share is small): a WAL total above
-    ``VLOG_MAX_WAL`` flushes it. Measured at 2,000,000 ``short`` messages: timer-store space
-    1.73 -> 1.30 x the live payload, for +0.01 payload of writes. (A deletion-triggered
-    compaction of the index was tried too and dropped: +0.08 payload of index compaction at
-    2,000,000 ``day`` messages for no space gain.) Neither setting defines the format."""
-    db_opts.set_max_total_wal_size(VLOG_MAX_WAL)
-
-
-VLOG_MAX_WAL = 16 * MiB
-
-
 PROFILES: dict[str, tuple[Callable[[], Options], str]] = {
     "default": (default_profile,
                 "leveled compaction, lz4 SST compression: RocksDB's balanced default, the baseline"),

@@ -46,7 +46,7 @@ from rocks_timer.timer.rocksdb import maint as rocks_maint, meta as rocks_meta
 from rocks_timer.timer.rocksdb import reclaim
 from rocks_timer.timer.rocksdb.vlog import ValueLog
 from rocks_timer.timer.handles import decode_handle
-from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style, tune_vlog_index
+from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
 from rocks_timer.timer.rocksdb.scan import collect_pending, resume_handle, scan_start
 from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats,
                                      TimerKey, TimerRecord)
@@ -59,14 +59,6 @@ RECLAIM_AFTER_DELETES = 100_000
 SCAN_EXAMINE_MIN = 1_000
 _LOCK_MARKERS = ("lock hold by", "No locks available", "Resource temporarily unavailable",
                  "While lock file")
-
-
-def _expects_vlog(path: Path, config: BrokerConfig) -> bool:
-    """Whether the store at ``path`` is (or will be made) a vlog store, before ``meta`` can be
-    read: a vlog store has its ``vlog/`` directory; an existing store without one is inline."""
-    if (path / "vlog").is_dir():
-        return True
-    return config.rocksdb_layout == "vlog" and not (path / "CURRENT").exists()
 
 
 class RocksTimerStore:
@@ -107,6 +99,7 @@ class RocksTimerStore:
         self._relocator: threading.Thread | None = None
         self._last_sync_ms = 0
         self._prefetched_to = b""
+        self._meta_flushed_at = 0
         self._claim_cursor: bytes = state.cursor
         self._pending = state.pending
         self._corrupt_count = state.corrupt
@@ -126,8 +119,6 @@ class RocksTimerStore:
         path.mkdir(parents=True, exist_ok=True)
         db_options = build_options(config.rocksdb_profile)
         index_options = build_options(config.rocksdb_profile)
-        if _expects_vlog(path, config):
-            tune_vlog_index(db_options, index_options)
         families = {TIMER_CF: index_options,
                     META_CF: Options(raw_mode=True), CORRUPT_CF: Options(raw_mode=True)}
         try:
