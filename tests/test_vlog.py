@@ -157,6 +157,19 @@ def test_a_retry_of_a_message_being_delivered_keeps_the_counts_exact(path):
         assert store.check()["problems"] == []
 
 
+def test_a_store_reopened_soon_goes_on_appending_to_its_segment(path):
+    for i in range(3):  # three processes in a row, as three CLI sends would be
+        with open_vlog(path) as store:
+            store.schedule([rec(i, T0 + 3_600_000 + i, body=body(i))], T0 + i)
+    assert len(segment_files(path)) == 1
+    with open_vlog(path) as store:  # past the class's open time: a new segment
+        store.schedule([rec(9, T0 + 3 * DAY_MS, body=body(9))], T0 + DAY_MS)
+        assert len(segment_files(path)) == 2
+        assert sorted(int(r.message.body[:8]) for r in deliver_all(store, T0 + 4 * DAY_MS)) == [
+            0, 1, 2, 9]
+        assert store.check()["problems"] == []
+
+
 def test_an_unindexed_tail_is_cut_on_open(path):
     with open_vlog(path) as store:
         store.schedule([rec(i, T0 + 10, body=body(i)) for i in range(5)], T0)

@@ -122,6 +122,9 @@ class ValueLog:
         self._meta_h = meta_h
         self.segments: dict[int, Segment] = {}
         self.open_arrival: dict[int, Segment] = {}  # delay class -> open segment
+        # the newest intact arrival segment of each class at open: a store reopened soon
+        # (a CLI command, a restart) goes on appending there instead of starting a file
+        self.reopenable: dict[int, Segment] = {}
         self.long_open: dict[int, Segment] = {}  # due day -> open segment
         self.counters: dict[bytes, int] = dict.fromkeys(COUNTERS, 0)
         self.next_id = 1
@@ -156,6 +159,10 @@ class ValueLog:
             del it
         for seg in self.segments.values():
             self._open_file(seg)
+            if seg.kind == ARRIVAL and seg.file is not None and seg.file.size == seg.end:
+                newest = self.reopenable.get(seg.day)
+                if newest is None or seg.id > newest.id:
+                    self.reopenable[seg.day] = seg  # appended to again while young enough
 
     def _open_file(self, seg: Segment) -> None:
         path = self.dir / S.segment_name(seg.id)
@@ -206,7 +213,7 @@ class ValueLog:
         for cls, members in groups.items():
             framed = [S.frame(raw_keys[i], values[i]) for i in members]
             size = sum(map(len, framed))
-            seg = self.open_arrival.get(cls)
+            seg = self.open_arrival.get(cls) or self._reopen(cls, now_ms)
             if seg is None or (seg.file.size and seg.file.size + size > self.segment_bytes):
                 seg = self.open_arrival[cls] = self._new_segment(ARRIVAL, cls, now_ms)
             pos = seg.file.append(b"".join(framed))
@@ -223,6 +230,18 @@ class ValueLog:
                 seg.max_due_ms = latest
             changes.add(seg.id, 0, 0)  # its end moves even if every record is overwritten
         return out
+
+    def _reopen(self, cls: int, now_ms: int) -> Segment | None:
+        """The class's segment left open by the previous process, if it is still young enough
+        to be open, intact, and not being relocated or released."""
+        seg = self.reopenable.pop(cls, None)
+        with self._alloc_lock:
+            if (seg is None or self.segments.get(seg.id) is not seg or seg.busy
+                    or seg.file is None or seg.file.size != seg.end
+                    or not 0 <= now_ms - seg.created_ms < seal_age_ms(cls)):
+                return None
+            self.open_arrival[cls] = seg
+            return seg
 
     def append_long(self, day: int, records: list[tuple[bytes, bytes]], now_ms: int
                     ) -> tuple[Segment, list[int]]:
