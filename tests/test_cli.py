@@ -281,3 +281,20 @@ def test_demo_force_refuses_foreign_directories(tmp_path):
     result = CliRunner().invoke(cli, ["--data-dir", str(tmp_path), "demo", "--force"])
     assert_one_line_error(result, "does not look like an rtimer data dir")
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_repair_brings_back_a_store_missing_current(tmp_path):
+    from click.testing import CliRunner
+    from cli.main import cli
+    data = tmp_path / "data"
+    runner = CliRunner()
+    for i in range(3):
+        assert runner.invoke(cli, ["--data-dir", str(data), "send", "orders", "x" * 700,
+                                   "--delay", "1h"]).exit_code == 0
+    (data / "timer-rocksdb" / "CURRENT").unlink()
+    refused = runner.invoke(cli, ["--data-dir", str(data), "stats"])
+    assert refused.exit_code == 1 and "no CURRENT file" in refused.output
+    repaired = runner.invoke(cli, ["--data-dir", str(data), "repair"])
+    assert repaired.exit_code == 0 and "3 pending, 0 undecodable, 0 problem(s)" in repaired.output
+    stats = runner.invoke(cli, ["--data-dir", str(data), "stats", "--json"])
+    assert stats.exit_code == 0 and '"pending": 3' in stats.output

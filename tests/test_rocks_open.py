@@ -125,3 +125,34 @@ def test_state_survives_kill_9(tmp_path, open_store):
     again = store.claim_due(10_000, 1000, BIG)
     assert ids(again) == [f"{i:032X}" for i in range(20, 90)]
     assert store.check()["problems"] == []
+
+
+def test_a_store_without_current_is_refused_then_repaired(tmp_path):
+    """Never a new empty database over acknowledged data (issue: 300 pending destroyed)."""
+    from rocks_timer.errors import CorruptRecordError
+    path = tmp_path / "timer"
+    with RocksTimerStore.open(path, BrokerConfig()) as store:
+        store.schedule([rec(i, 10_000 + i, body=os.urandom(600)) for i in range(300)], 0)
+        store.flush()
+    (path / "CURRENT").unlink()
+    for _ in range(2):  # refused every time: the first refusal leaves nothing behind
+        with pytest.raises(CorruptRecordError, match="no CURRENT file.*rtimer repair"):
+            RocksTimerStore.open(path, BrokerConfig())
+    assert not (path / "CURRENT").exists()
+    report = RocksTimerStore.repair(path, BrokerConfig())
+    assert report["problems"] == [] and report["live_keys"] == 300
+    with RocksTimerStore.open(path, BrokerConfig()) as store:
+        assert store.pending_count() == 300
+        assert len(store.claim_due(20_000, 1000, BIG)) == 300
+
+
+def test_value_segments_without_their_index_are_refused(tmp_path):
+    from rocks_timer.errors import CorruptRecordError
+    path = tmp_path / "timer"
+    with RocksTimerStore.open(path, BrokerConfig(rocksdb_layout="vlog")) as store:
+        store.schedule([rec(1, 10_000, body=os.urandom(600))], 0)
+    for entry in path.iterdir():
+        if entry.is_file():
+            entry.unlink()
+    with pytest.raises(CorruptRecordError, match="no RocksDB index"):
+        RocksTimerStore.open(path, BrokerConfig())

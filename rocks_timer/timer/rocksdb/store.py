@@ -31,6 +31,7 @@ Pending counter: exact, persisted in ``meta`` in the same WriteBatch as every ch
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -38,7 +39,7 @@ from typing import Any, Iterable, Sequence
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import (ConfigError, InvalidHandleError,
+from rocks_timer.errors import (ConfigError, CorruptRecordError, InvalidHandleError,
                                 InvalidMessageError, StoreClosedError, StoreLockedError)
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import claim, layout
@@ -59,6 +60,31 @@ RECLAIM_AFTER_DELETES = 100_000
 SCAN_EXAMINE_MIN = 1_000
 _LOCK_MARKERS = ("lock hold by", "No locks available", "Resource temporarily unavailable",
                  "While lock file")
+
+
+REPAIR_HINT = ("stop the broker, copy the data dir somewhere safe, then run `rtimer repair` "
+               "(RocksDB's repair: it rebuilds the manifest from the table files it finds)")
+_ROCKS_DATA = (".sst", ".log", ".blob")
+
+
+def refuse_damaged(path: Path) -> None:
+    """Refuse a store directory whose data files are there but whose RocksDB entry point
+    (``CURRENT``) is not, and a vlog store whose index is gone: opening would create a fresh,
+    empty database over acknowledged messages."""
+    if not path.is_dir():
+        return
+    names = set(os.listdir(path))
+    rocks_files = [n for n in names if n.endswith(_ROCKS_DATA) or n.startswith("MANIFEST-")]
+    if rocks_files and "CURRENT" not in names:
+        raise CorruptRecordError(
+            f"timer store {path} holds RocksDB files ({len(rocks_files)}, e.g. "
+            f"{sorted(rocks_files)[0]}) but no CURRENT file: refusing to create a new database "
+            f"over them; {REPAIR_HINT}", where=str(path))
+    vlog = path / "vlog"
+    if not rocks_files and vlog.is_dir() and any(vlog.glob("*.vlog")):
+        raise CorruptRecordError(
+            f"timer store {path} has value segments in {vlog} but no RocksDB index: refusing "
+            f"to start empty over them; restore the index files from a copy", where=str(path))
 
 
 class RocksTimerStore:
@@ -116,7 +142,8 @@ class RocksTimerStore:
         profile, StoreLockedError when another process or open store holds it."""
         path = Path(path)
         style = compaction_style(config.rocksdb_profile)  # ConfigError for an unknown profile
-        path.mkdir(parents=True, exist_ok=True)
+        refuse_damaged(path)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
         db_options = build_options(config.rocksdb_profile)
         index_options = build_options(config.rocksdb_profile)
         families = {TIMER_CF: index_options,
@@ -129,6 +156,9 @@ class RocksTimerStore:
                 raise StoreLockedError(
                     f"timer store {path} is in use by another process or another open store "
                     f"in this process (RocksDB: {text})") from None
+            if "Corruption" in text or "MANIFEST" in text:
+                raise CorruptRecordError(f"timer store {path} is damaged (RocksDB: {text}); "
+                                         f"{REPAIR_HINT}", where=str(path)) from None
             raise ConfigError(f"cannot open timer store {path}: {text}") from None
         try:
             state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout)
@@ -377,6 +407,27 @@ class RocksTimerStore:
 
     def compact(self) -> dict[str, Any]:
         return rocks_maint.compact(self)
+
+    @classmethod
+    def repair(cls, path: str | Path, config: BrokerConfig) -> dict[str, Any]:
+        """RocksDB's repair of a damaged store (rebuilds the manifest from the table files),
+        then an open and the invariant check. The store must not be open anywhere."""
+        path = Path(path)
+        if not path.is_dir():
+            raise ConfigError(f"timer store {path} does not exist; nothing to repair")
+        try:
+            Rdict.repair(str(path), build_options(config.rocksdb_profile))
+        except Exception as exc:  # rocksdict raises plain Exception for RocksDB status errors
+            text = str(exc)
+            if any(marker in text for marker in _LOCK_MARKERS):
+                raise StoreLockedError(f"timer store {path} is in use; stop the broker before "
+                                       f"repairing it (RocksDB: {text})") from None
+            raise CorruptRecordError(f"RocksDB could not repair {path}: {text}",
+                                     where=str(path)) from None
+        with cls.open(path, config) as store:
+            report = store.check()
+            report["layout"] = store.layout
+        return report
 
     def relocate(self, now_ms: int) -> dict[str, Any]:
         """vlog: relocate sparse or old segments now and release empty ones ({} for inline)."""
