@@ -156,3 +156,26 @@ def test_value_segments_without_their_index_are_refused(tmp_path):
             entry.unlink()
     with pytest.raises(CorruptRecordError, match="no RocksDB index"):
         RocksTimerStore.open(path, BrokerConfig())
+
+
+def test_a_corrupt_sst_is_an_error_not_a_short_scan(tmp_path):
+    """Flipped bytes in an SST: listing and claiming raise an error naming the damage instead
+    of returning a short page and stopping delivery quietly."""
+    from rocks_timer.errors import CorruptRecordError
+    path = tmp_path / "timer"
+    config = BrokerConfig(rocksdb_layout="inline")
+    with RocksTimerStore.open(path, config) as store:
+        store.schedule([rec(i, 10_000 + i, body=os.urandom(600)) for i in range(300)], 0)
+        store.flush()
+    [sst] = sorted(path.glob("*.sst"), key=lambda p: p.stat().st_size)[-1:]
+    data = bytearray(sst.read_bytes())
+    for at in range(len(data) // 3, len(data) // 3 + 64):
+        data[at] ^= 0xFF
+    sst.write_bytes(bytes(data))
+    with RocksTimerStore.open(path, config) as store:
+        assert store.pending_count() == 300  # the counter still says what was acknowledged
+        with pytest.raises(CorruptRecordError, match="RocksDB read failed.*(Corruption|checksum)"):
+            store.scan(limit=1000)
+        with pytest.raises(CorruptRecordError, match="RocksDB read failed"):
+            while store.claim_due(20_000, 100, BIG):
+                pass

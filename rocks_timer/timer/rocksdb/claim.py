@@ -15,6 +15,7 @@ from rocks_timer.errors import CorruptRecordError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.handles import encode_handle
 from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.layout import commit_removed, stage_removed
 from rocks_timer.timer.store import DueRecord
@@ -56,7 +57,7 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int, max_byte
                 used_bytes += size
                 taken.append((raw, value, pointer, size))
                 it.next()
-            it.status()  # a corrupt block ends the walk with an error, never early
+            check_iterator(it, f"timer store {store.path} claim")  # never a silent early end
         finally:
             del it
         bodies = vlog.read_many([(raw, p) for raw, _, p, _ in taken if p is not None]) \

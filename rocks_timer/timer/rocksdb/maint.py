@@ -16,6 +16,7 @@ from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
 from rocks_timer.errors import CorruptRecordError, StoreClosedError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb.profiles import parse_tickers
 from rocks_timer.timer.store import StoreStats
 from rocks_timer.timer.values import decode_value
@@ -216,7 +217,7 @@ def check(store: "RocksTimerStore") -> dict[str, Any]:
                     undecodable += 1
                     problems.append(str(exc))
                 it.next()
-            it.status()
+            check_iterator(it, f"timer store {store.path} check")
         finally:
             del it
         if vlog is not None:

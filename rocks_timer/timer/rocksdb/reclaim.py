@@ -32,6 +32,7 @@ from rocksdict import ReadOptions, WriteBatch
 from rocks_timer.errors import StoreClosedError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb.segments import iter_records
 from rocks_timer.timer.rocksdb.vlog import ARRIVAL, Changes, Segment, day_of, durable_rows
 
@@ -100,7 +101,7 @@ def _due_soon(store: "RocksTimerStore", horizon_ms: int) -> list[I.Pointer]:
                 out.append(pointer)
             it.next()
         full = it.valid()
-        it.status()
+        check_iterator(it, f"timer store {store.path} prefetch")
     finally:
         del it
     store._prefetched_to = K.key_successor(last) if full and last is not None else bound

@@ -12,6 +12,17 @@ from rocks_timer.timer.rocksdb.index import peek
 log = logging.getLogger(__name__)
 
 
+def check_iterator(it, where: str) -> None:
+    """Raise CorruptRecordError (naming ``where`` and RocksDB's message, which names the file)
+    if the iterator stopped on an error rather than at the end of its range: a corrupt block
+    must never read as "no more keys"."""
+    try:
+        it.status()
+    except Exception as exc:  # rocksdict raises plain Exception for RocksDB status errors
+        raise CorruptRecordError(f"{where}: RocksDB read failed: {exc}; the store is damaged "
+                                 f"(run `rtimer repair` on a copy)", where=where) from None
+
+
 def scan_start(from_ms: int | None, after: str | None) -> bytes:
     """The first key a scan may list: from ``from_ms``, and strictly after the ``after`` handle."""
     start = K.due_prefix(from_ms) if from_ms is not None else b""
@@ -65,5 +76,5 @@ def collect_pending(it, topic: str | None, limit: int, examine_budget: int
             corrupt += 1
             log.warning("timer store scan skipped a corrupt entry: %s", exc)
         it.next()
-    it.status()  # a corrupt block ends the walk with an error, never a short page
+    check_iterator(it, "timer store scan")  # a corrupt block is an error, never a short page
     return entries, None, corrupt

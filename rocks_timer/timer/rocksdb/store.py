@@ -48,7 +48,8 @@ from rocks_timer.timer.rocksdb import reclaim
 from rocks_timer.timer.rocksdb.vlog import ValueLog
 from rocks_timer.timer.handles import decode_handle
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
-from rocks_timer.timer.rocksdb.scan import collect_pending, resume_handle, scan_start
+from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, resume_handle,
+                                            scan_start)
 from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats,
                                      TimerKey, TimerRecord)
 from rocks_timer.timer.schedule_codec import encode_schedule
@@ -375,7 +376,7 @@ class RocksTimerStore:
                     it.next()
                 if it.valid():
                     return K.key_due_ms(it.key())
-                it.status()
+                check_iterator(it, f"timer store {self.path} next due")
                 return None
             finally:
                 del it

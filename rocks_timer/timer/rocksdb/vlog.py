@@ -37,6 +37,7 @@ from typing import Any, Iterable
 from rocks_timer.errors import CorruptRecordError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb import segments as S
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ class ValueLog:
                                              f"({len(value)} bytes)", where=key, raw=value)
                 self.segments[seg_id] = Segment(seg_id, *SEGMENT.unpack(value))
                 it.next()
-            it.status()
+            check_iterator(it, f"vlog liveness rows of {self.dir}")
         finally:
             del it
         for seg in self.segments.values():
