@@ -54,3 +54,10 @@ def test_every_refusal_has_a_reason():
              S.parse_run_py(data[:-1] + b"w", items)[0],
              S.parse_run_py(data, [(0, len(data), b"q")])[0]}
     assert codes == set(S.REFUSED)
+
+
+@settings(max_examples=200, deadline=None)
+@given(records)
+def test_native_framing_matches_the_reference(pairs):
+    keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+    assert native.vlog_frame(keys, values) == S.frame_many_py(keys, values)

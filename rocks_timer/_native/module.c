@@ -27,6 +27,8 @@ static PyMethodDef methods[] = {
     {"pwrite_all", pwrite_all, METH_VARARGS,
      "Write a whole buffer at an offset in slices, with the GIL released once."},
     {"crc32", crc32, METH_O, "CRC32 (IEEE, as zlib.crc32) of a bytes-like object."},
+    {"vlog_frame", vlog_frame, METH_VARARGS,
+     "Value-segment records of (key, value) pairs, back to back, and their lengths."},
     {"vlog_parse", vlog_parse, METH_VARARGS,
      "Check and split value-segment records read in one buffer: a value or an error each."},
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},

@@ -60,3 +60,59 @@ fail:
     PyBuffer_Release(&buf);
     return NULL;
 }
+
+/* vlog_frame(keys, values) -> (bytes, list of record lengths): the records of consecutive
+ * (key, value) pairs laid out back to back, as segments.frame_many_py builds them. */
+PyObject *vlog_frame(PyObject *self, PyObject *args) {
+    PyObject *keys, *values;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &keys, &PyList_Type, &values)) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    if (PyList_GET_SIZE(values) != n) {
+        PyErr_SetString(PyExc_ValueError, "vlog_frame: keys and values differ in length");
+        return NULL;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i), *v = PyList_GET_ITEM(values, i);
+        if (!PyBytes_Check(k) || !PyBytes_Check(v)) {
+            PyErr_SetString(PyExc_TypeError, "vlog_frame: keys and values must be bytes");
+            return NULL;
+        }
+        if (PyBytes_GET_SIZE(k) > 0xFFFF || PyBytes_GET_SIZE(v) > 0xFFFFFFFFLL) {
+            PyErr_SetString(PyExc_ValueError, "vlog_frame: key or value too long for a record");
+            return NULL;
+        }
+        total += VLOG_HEADER + PyBytes_GET_SIZE(k) + PyBytes_GET_SIZE(v);
+    }
+    PyObject *blob = PyBytes_FromStringAndSize(NULL, total);
+    PyObject *lengths = PyList_New(n);
+    if (blob == NULL || lengths == NULL) {
+        Py_XDECREF(blob);
+        Py_XDECREF(lengths);
+        return NULL;
+    }
+    unsigned char *p = (unsigned char *)PyBytes_AS_STRING(blob);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = PyList_GET_ITEM(keys, i), *v = PyList_GET_ITEM(values, i);
+        Py_ssize_t kl = PyBytes_GET_SIZE(k), vl = PyBytes_GET_SIZE(v);
+        p[0] = VLOG_MAGIC;
+        p[1] = (unsigned char)(kl >> 8);
+        p[2] = (unsigned char)kl;
+        put32(p + 3, (uint32_t)vl);
+        memcpy(p + VLOG_HEADER, PyBytes_AS_STRING(k), (size_t)kl);
+        memcpy(p + VLOG_HEADER + kl, PyBytes_AS_STRING(v), (size_t)vl);
+        put32(p + 7, crc32_update(crc32_update(0, p, 7), p + VLOG_HEADER, (size_t)(kl + vl)));
+        PyObject *len = PyLong_FromSsize_t(VLOG_HEADER + kl + vl);
+        if (len == NULL) {
+            Py_DECREF(blob);
+            Py_DECREF(lengths);
+            return NULL;
+        }
+        PyList_SET_ITEM(lengths, i, len);
+        p += VLOG_HEADER + kl + vl;
+    }
+    PyObject *out = PyTuple_Pack(2, blob, lengths);
+    Py_DECREF(blob);
+    Py_DECREF(lengths);
+    return out;
+}

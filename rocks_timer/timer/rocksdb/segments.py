@@ -97,8 +97,17 @@ def parse_run_py(data: bytes, items: list[tuple[int, int, bytes]]) -> list[bytes
     return out
 
 
+def frame_many_py(keys: list[bytes], values: list[bytes]) -> tuple[bytes, list[int]]:
+    """The records of consecutive (key, value) pairs back to back, and each record's length.
+    The reference of the native ``vlog_frame``."""
+    records = [frame(k, v) for k, v in zip(keys, values)]
+    return b"".join(records), [len(r) for r in records]
+
+
 parse_run = native.vlog_parse if native is not None and hasattr(native, "vlog_parse") \
     else parse_run_py
+frame_many = native.vlog_frame if native is not None and hasattr(native, "vlog_frame") \
+    else frame_many_py
 REFUSED = {"past-end": "the record runs past the end of the segment (it ends early)",
            "bad-magic": "bad magic byte", "bad-length": "its lengths do not match the index",
            "bad-crc": "CRC mismatch", "other-key": "the record holds another key"}

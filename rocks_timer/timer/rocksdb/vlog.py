@@ -212,20 +212,21 @@ class ValueLog:
                 cls = delay_class(K.key_due_ms(key) - now_ms)
                 groups.setdefault(cls, []).append(i)
         for cls, members in groups.items():
-            framed = [S.frame(raw_keys[i], values[i]) for i in members]
-            size = sum(map(len, framed))
+            blob, lengths = S.frame_many([raw_keys[i] for i in members],
+                                         [values[i] for i in members])
+            size = len(blob)
             seg = self.open_arrival.get(cls) or self._reopen(cls, now_ms)
             if seg is None or (seg.file.size and seg.file.size + size > self.segment_bytes):
                 seg = self.open_arrival[cls] = self._new_segment(ARRIVAL, cls, now_ms)
-            pos = seg.file.append(b"".join(framed))
+            pos = seg.file.append(blob)
             if self.sync_writes:
                 seg.file.sync()
             else:
                 self.dirty.add(seg.id)
             self.counters[COUNTERS[0]] += size
-            for i, record in zip(members, framed):
-                out[i] = I.encode_pointer(seg.id, pos, len(record), *fields[i])
-                pos += len(record)
+            for i, length in zip(members, lengths):
+                out[i] = I.encode_pointer(seg.id, pos, length, *fields[i])
+                pos += length
             latest = max(K.key_due_ms(raw_keys[i]) for i in members)
             if latest > seg.max_due_ms:
                 seg.max_due_ms = latest
