@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import operator
 import struct
 import threading
 import time
@@ -56,6 +57,7 @@ CLASS_BOUNDS = [int(1000 * CLASS_FACTOR ** (c + 1)) for c in range(64)]
 MIN_SEAL_AGE_MS = 1_000
 COALESCE_GAP = 4096  # read two records in one pread when at most this many bytes lie between
 COALESCE_MAX = 1 << 20
+_POINTER = operator.itemgetter(1)
 
 
 def delay_class(delay_ms: int) -> int:
@@ -320,15 +322,15 @@ class ValueLog:
         segment order with neighbouring records coalesced into one ``pread`` (a claim batch
         often takes runs of records that were written together)."""
         out: dict[bytes, bytes | CorruptRecordError] = {}
-        order = sorted([(p, k) for k, p in wanted])  # by segment, then offset
+        order = sorted(wanted, key=_POINTER)  # by segment, then offset
         n, i = len(order), 0
         while i < n:
-            first, key = order[i]
+            key, first = order[i]
             seg_id, start = first.segment, first.offset
             end = start + first.length
             j = i + 1
             while j < n:
-                p = order[j][0]
+                p = order[j][1]
                 if p.segment != seg_id or not 0 <= p.offset - end <= COALESCE_GAP \
                         or p.offset + p.length - start > COALESCE_MAX:
                     break
@@ -336,7 +338,7 @@ class ValueLog:
                 j += 1
             seg = self.segments.get(seg_id)
             if seg is None or seg.file is None:
-                for p, k in order[i:j]:
+                for k, p in order[i:j]:
                     out[k] = CorruptRecordError(f"vlog segment {seg_id} offset {p.offset}: the "
                                                 f"segment is missing",
                                                 where=f"vlog segment {seg_id} offset {p.offset}")
@@ -344,8 +346,8 @@ class ValueLog:
                 continue
             data = seg.file.read(start, end - start)
             group = order[i:j]
-            results = S.parse_run(data, [(p.offset - start, p.length, k) for p, k in group])
-            for (p, k), result in zip(group, results):
+            results = S.parse_run(data, [(p.offset - start, p.length, k) for k, p in group])
+            for (k, p), result in zip(group, results):
                 if type(result) is bytes:
                     out[k] = result
                 else:
