@@ -54,13 +54,6 @@ def encode_pointer(segment: int, offset: int, length: int, queue_id: int | None,
                         len(raw_tags)) + raw_tags
 
 
-def scan_fields(value: bytes) -> tuple[int, int, str | None]:
-    """(queue id, body size, tags) of an inline value, as a pointer to it carries them."""
-    info = peek_value(b"", value)
-    present, queue_id = VALUE_HEADER.unpack_from(value)[2:4]
-    return (queue_id if present & PRESENT_QUEUE_ID else 0), info.body_size, info.tags
-
-
 def repoint(pointer_value: bytes, segment: int, offset: int) -> bytes:
     """The same pointer moved to ``segment``/``offset`` (relocation; the record is identical)."""
     fields = POINTER.unpack_from(pointer_value)

@@ -473,7 +473,3 @@ def durable_rows(meta: Any, segs: list[Segment]) -> dict[int, bytes | None]:
 
 def day_of(due_ms: int) -> int:
     return due_ms // DAY_MS
-
-
-def now_day(now_ms: int | None = None) -> int:
-    return day_of(now_ms if now_ms is not None else int(time.time() * 1000))
