@@ -26,8 +26,7 @@ import struct
 from typing import NamedTuple
 
 from rocks_timer.errors import CorruptRecordError
-from rocks_timer.timer.values import HEADER as VALUE_HEADER
-from rocks_timer.timer.values import PRESENT_QUEUE_ID, ValueInfo, peek_value
+from rocks_timer.timer.values import ValueInfo, peek_value
 
 POINTER = struct.Struct(">BIQIiIH")
 SIZE = POINTER.size  # 27

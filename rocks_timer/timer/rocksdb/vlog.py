@@ -30,7 +30,6 @@ import logging
 import operator
 import struct
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
