@@ -67,7 +67,7 @@ INDEX_VARIANTS = {
     "leveldyn": _level(dynamic=True),
     "univ": _universal(), "univ8": _universal(8), "univ16": _universal(16),
     "univ16w4": _universal(16, 4), "univ24w8": _universal(24, 8),
-    "univ16a400": _universal(16, amp=400),
+    "univ16a400": _universal(16, amp=400), "univ32": _universal(32),
 }
 
 
