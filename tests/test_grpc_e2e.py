@@ -121,7 +121,8 @@ def test_unacked_message_comes_back_with_attempt_2(broker, producer, clean_log):
         [second] = receive_until(consumer, 1, 10, 10)
         assert second.message_id == first.message_id and second.body == b"again"
         assert second.delivery_attempt == 2
-        assert second.received_at - first.received_at >= 1.0
+        # client-side stamps, taken after each stream was decoded: allow their jitter
+        assert second.received_at - first.received_at >= 0.9
     finally:
         consumer.shutdown()
 
