@@ -22,6 +22,8 @@ from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import ConfigError, EngineNotAvailableError, StoreClosedError, StoreLockedError
 from rocks_timer.message import Message
 from rocks_timer.message_store import MessageStore
+from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, private_dir,
+                                 release_owner_only_umask, tighten)
 from rocks_timer.routing import route
 from rocks_timer.timer.deliverer import Deliverer
 from rocks_timer.timer.store import ScanPage, TimerRecord, TimerStore
@@ -76,8 +78,15 @@ class Broker:
         self.path = Path(path)
         self.config = (config or BrokerConfig()).validate()
         self.clock = clock or SystemClock()
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = self._lock_data_dir()
+        hold_owner_only_umask()  # RocksDB's own files get 0600 too (rocks_timer.private)
+        self._lock_fd: int | None = None
+        try:
+            private_dir(self.path)
+            self._lock_fd = self._lock_data_dir()
+            tighten(self.path)  # a data dir made by an older version becomes owner-only
+        except BaseException:
+            self._release()
+            raise
         self._closed = False
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
@@ -105,7 +114,7 @@ class Broker:
 
     # -- data dir ---------------------------------------------------------------------------
     def _lock_data_dir(self) -> int:
-        fd = os.open(self.path / "broker.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path / "broker.lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -137,6 +146,9 @@ class Broker:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if not getattr(self, "_umask_released", False):
+            self._umask_released = True
+            release_owner_only_umask()
 
     def _check_open(self) -> None:
         if self._closed:

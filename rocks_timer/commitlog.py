@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rocks_timer.errors import CorruptRecordError
+from rocks_timer.private import FILE_MODE
 from rocks_timer.fileio import pwrite_all
 from rocks_timer.record import (BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK_LEN, PREFIX,
                                 decode_record, encode_blank)
@@ -163,7 +164,7 @@ class CommitLog:
 
     def _new_segment(self, start: int) -> None:
         path = self.directory / f"{start:020d}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
         with self._lock:
             self._segments.append(Segment(start, path, fd))
             self._starts.append(start)
