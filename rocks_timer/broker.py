@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from rocks_timer.clock import Clock, ManualClock, SystemClock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import ConfigError, EngineNotAvailableError, StoreClosedError, StoreLockedError
+from rocks_timer.fileio import replace_durably
 from rocks_timer.message import Message
 from rocks_timer.message_store import MessageStore
 from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, private_dir,
@@ -94,6 +95,8 @@ class Broker:
         self._wake_at_ms = 0
         self._tick_lock = threading.Lock()
         self._last_retention_ms = 0
+        self._last_flush_ms = self.clock.now_ms()
+        self._async_flush = self.config.flush_disk_type == "async"
         self.sent = {"immediate": 0, "level": 0, "timer": 0}
         self.cancelled = 0
         try:
@@ -138,9 +141,7 @@ class Broker:
                                   "(its pending messages would be stranded)")
             if stored != "memory":
                 return
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"timer_engine": self.config.timer_engine}))
-        os.replace(tmp, marker)
+        replace_durably(marker, json.dumps({"timer_engine": self.config.timer_engine}).encode())
 
     def _release(self) -> None:
         if self._lock_fd is not None:
@@ -244,9 +245,23 @@ class Broker:
         return self.deliverer.step(now_ms, wait_for_puts=wait)
 
     def _housekeeping(self, now_ms: int) -> None:
+        if self._async_flush and now_ms - self._last_flush_ms >= self.config.flush_interval_ms:
+            self._last_flush_ms = now_ms
+            self.flush()
         if now_ms - self._last_retention_ms >= _RETENTION_EVERY_MS:
             self._last_retention_ms = now_ms
             self.messages.delete_expired(now_ms)
+
+    def flush(self) -> None:
+        """Make everything acknowledged so far survive power loss: the CommitLog, then the
+        timer engine's files (value segments and RocksDB WAL, or the wheel's TimerLog, wheel
+        and checkpoint). Runs every ``flush_interval_ms`` in async mode; in sync mode every
+        write is on disk when it returns already."""
+        self._check_open()
+        self.messages.sync()
+        sync = getattr(self.timer, "sync", None)
+        if sync is not None:
+            sync()
 
     def start(self) -> "Broker":
         """Run the services on background threads (the timer loop every timer_precision_ms)."""
