@@ -352,7 +352,14 @@ class MessageStore:
                 "bytes_by_topic": self.bytes_written_by_topic(),
                 "messages_written": self.messages_written, "groups_written": self.groups_written,
                 "corrupt_reads": self.corrupt_reads,
-                "truncated_bytes": self.commitlog.truncated_bytes}
+                "truncated_bytes": self.commitlog.truncated_bytes,
+                "synced_offset": self.commitlog.synced_offset, "syncs": self.commitlog.syncs}
+
+    def sync(self, offset: int | None = None) -> bool:
+        """fdatasync the CommitLog up to ``offset`` (default: everything written); False when it
+        was on disk already. ConsumeQueues are not synced here: they are rebuilt from the
+        CommitLog on open wherever they lag."""
+        return self.commitlog.sync_to(self.commitlog.max_offset if offset is None else offset)
 
     def flush(self) -> None:
         self.commitlog.flush()
