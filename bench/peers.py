@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-margin", type=float, default=None,
                         help="seconds between the start of the drain load and its due time "
                              "(default: 1 + 3x the measured batch-send time of that many)")
-    parser.add_argument("--runs", type=int, default=1,
+    parser.add_argument("--runs", type=int, default=3,
                         help="rounds (systems in a rotating order); figures are medians")
     parser.add_argument("--results-dir", type=Path, default=None,
                         help="where the JSON goes (default bench/results)")
