@@ -10,7 +10,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard rocks_timer/_native/*.c rocks_timer
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,grpc]'
 	touch $(STAMP)
 
 venv: $(STAMP)
