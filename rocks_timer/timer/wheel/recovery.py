@@ -1,8 +1,9 @@
 """Recovery on open: revise the wheel from the TimerLog tail, truncate torn units, pick offsets.
 
 RocketMQ's load/recover: rescan from one segment before the checkpoint's flush position,
-revising each unit's slot so last_pos is its newest unit; cut the log at the first unit whose
-size is not 52 or whose magic is bad; restart the enqueue from the smaller of the last unit's
+revising each unit's slot so last_pos is its newest unit; cut the log where its torn tail
+starts (a unit whose size is not 52 or whose magic is bad with no valid unit after it; a bad unit
+with valid ones after it is corruption, counted and skipped, never a reason to cut); restart the enqueue from the smaller of the last unit's
 queue offset + 1 and the checkpoint's; never look back further than the wheel can hold.
 """
 from __future__ import annotations
@@ -79,6 +80,7 @@ def recover(state: WheelState, wheel: TimerWheel, timerlog: TimerLog, message_st
     state.replay_skip = skip if queue_offset < state.replay_end else set()
     return {"pos0": pos0, "scanned_units": scanned, "revised_slots": revised,
             "truncated_bytes": truncated, "cleared_slots": cleared,
+            "corrupt_units": timerlog.corrupt_units,
             "queue_offset": queue_offset, "read_time_ms": read_time,
             "last_unit_queue_offset": last_unit_offset if last_unit_offset is not None else -1,
             "checkpoint_existed": existed}
