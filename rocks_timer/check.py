@@ -120,6 +120,8 @@ def _check_log_and_queues(report: CheckReport, commitlog, queues: dict, until: i
                    f"{queue_offset}) has no matching consume queue entry")
     for damage in commitlog.damage:
         report.add(damage.describe())
+    for name in commitlog.missing_segments:
+        report.add(f"commitlog segment {name} is missing: the records it held are lost")
     for name in commitlog.short_segments:
         report.add(f"commitlog segment {name} is shorter than a sealed segment "
                    f"({commitlog.segment_size} bytes): the records past its end are lost")
@@ -131,7 +133,7 @@ def _check_log_and_queues(report: CheckReport, commitlog, queues: dict, until: i
         if live != walk.matched:
             report.add(f"consume queue {topic}/{queue_id}: {live - walk.matched} of {live} "
                        "entries point at no matching commitlog record")
-        for problem in walk.cq.damaged_files:
+        for problem in walk.cq.file_problems():
             report.add(f"consume queue {topic}/{queue_id}: file {problem}")
     report.figures.update(commitlog_records=records, consume_queue_entries=entries,
                           unindexed_records=unindexed,

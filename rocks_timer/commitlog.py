@@ -82,6 +82,7 @@ class CommitLog:
         self.truncated_bytes = 0
         self._damage: dict[int, Damage] = {}  # by offset: every walk reports the same region once
         self.short_segments: list[str] = []   # sealed segments shorter than segment_size
+        self.missing_segments: list[str] = []  # gaps between the first and the last
         directory.mkdir(parents=True, exist_ok=True)
         self._open_segments()
 
@@ -100,6 +101,12 @@ class CommitLog:
             fd = os.open(path, os.O_RDWR)
             self._segments.append(Segment(int(path.name), path, fd, os.fstat(fd).st_size))
         self._starts = [s.start for s in self._segments]
+        present = set(self._starts)
+        self.missing_segments = [f"{start:020d}" for start in range(
+            self._starts[0] if self._starts else 0, self._starts[-1] if self._starts else 0,
+            self.segment_size) if start not in present]
+        for name in self.missing_segments:
+            log.error("commitlog segment %s is missing: the records it held are lost", name)
         for segment in self._segments[:-1]:
             if segment.written != self.segment_size:
                 self.short_segments.append(segment.path.name)

@@ -79,28 +79,37 @@ class ConsumeQueue:
         starts = sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
         for start in starts:
             self._files[start] = os.open(self.directory / f"{start:020d}", os.O_RDWR)
-        self.damaged_files: list[str] = []  # missing, short or oversized before the last file
         if starts:
             last = starts[-1]
-            length = os.fstat(self._files[last]).st_size
-            if length > self._file_bytes:
-                self.damaged_files.append(f"{last:020d} is {length} bytes (at most "
-                                          f"{self._file_bytes})")
-                length = self._file_bytes
+            # a longer file is kept as it is and reported by file_problems
+            length = min(os.fstat(self._files[last]).st_size, self._file_bytes)
             whole = length - length % ENTRY_SIZE
-            if whole != os.fstat(self._files[last]).st_size:  # torn entry: drop it
+            if whole != length:  # torn entry: drop it
                 os.ftruncate(self._files[last], whole)
             self._min_offset = starts[0] // ENTRY_SIZE
             self._max_offset = (last + whole) // ENTRY_SIZE
-            for start in range(starts[0], last, self._file_bytes):
-                fd = self._files.get(start)
-                size = os.fstat(fd).st_size if fd is not None else -1
-                if size != self._file_bytes:
-                    what = "missing" if fd is None else f"{size} bytes, not {self._file_bytes}"
-                    self.damaged_files.append(f"{start:020d} is {what}")
-            for problem in self.damaged_files:
-                log.error("consume queue %s/%d: file %s; entries are rebuilt from the "
-                          "CommitLog", self.topic, self.queue_id, problem)
+        self.damaged_files = self.file_problems()  # as found on open
+        for problem in self.damaged_files:
+            log.error("consume queue %s/%d: file %s; entries are rebuilt from the CommitLog",
+                      self.topic, self.queue_id, problem)
+
+    def file_problems(self) -> list[str]:
+        """Files missing or short before the last one, or longer than a file holds."""
+        with self._lock:
+            files = dict(self._files)
+        if not files:
+            return []
+        problems = []
+        first, last = min(files), max(files)
+        for start in range(first, last + self._file_bytes, self._file_bytes):
+            fd = files.get(start)
+            size = os.fstat(fd).st_size if fd is not None else -1
+            if size > self._file_bytes:
+                problems.append(f"{start:020d} is {size} bytes (at most {self._file_bytes})")
+            elif start != last and size != self._file_bytes:
+                what = "missing" if fd is None else f"{size} bytes, not {self._file_bytes}"
+                problems.append(f"{start:020d} is {what}")
+        return problems
 
     @property
     def min_offset(self) -> int:

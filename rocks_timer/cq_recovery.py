@@ -21,7 +21,7 @@ from rocks_timer.commitlog import CommitLog
 from rocks_timer.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, ConsumeQueueSet, tags_code
 from rocks_timer.delay_levels import DelayLevelTable
 from rocks_timer.errors import CorruptRecordError
-from rocks_timer.record import HEADER_SIZE, decode_record
+from rocks_timer.record import FIXED_SIZE, HEADER_SIZE, decode_record
 
 log = logging.getLogger(__name__)
 _QUEUE_FIELDS = struct.Struct(">iiq")  # queueId, flag, queueOffset at byte 12
@@ -74,6 +74,10 @@ class _QueueWalk:
             self._chunk = self.cq.raw_entries(queue_offset, count)
         at = (queue_offset - self._base) * ENTRY_SIZE
         return self._chunk[at:at + 12] == _POINTER.pack(offset, size)
+
+    def forget(self) -> None:
+        """Drop the cached chunk (an entry in it was rewritten)."""
+        self._base, self._chunk = -1, b""
 
     def append(self, entry: tuple[int, int, int]) -> None:
         self.pending.append(entry)
@@ -129,7 +133,7 @@ def rebuild_consume_queues(commitlog: CommitLog, queues: ConsumeQueueSet,
         entry = (raw.offset, len(data), tags_code(topic, msg.properties, store_ms, levels))
         if queue_offset < walk.cq.max_offset:
             walk.cq.put_at(queue_offset, entry)
-            walk._base = -1
+            walk.forget()
             report.repaired_entries += 1
             continue
         if queue_offset < walk.end:
@@ -167,14 +171,18 @@ def _topic_of(data: bytes) -> str | None:
 
 
 def drop_entries_past(cq: ConsumeQueue, end: int) -> None:
-    """Truncate ``cq`` at its first entry whose record starts at or past ``end`` (an entry in
-    a missing file reads as offset 0: kept, and repaired by the walk)."""
-    low, high = cq.min_offset, cq.max_offset
-    while low < high:
-        mid = (low + high) // 2
-        offset = ENTRY.unpack(cq.raw_entries(mid, 1))[0]
-        if offset >= end:
-            high = mid
-        else:
-            low = mid + 1
-    cq.truncate(low)
+    """Truncate ``cq`` after its last entry that points at a record before ``end``. Only a tail of
+    entries can point past a cut CommitLog, so the walk goes backwards from the end, a chunk at
+    a time; a corrupt entry in the middle that points past the end is repaired by the walk, not
+    taken for the tail. An entry in a missing file reads as offset 0: kept, and repaired."""
+    high = cq.max_offset
+    while high > cq.min_offset:
+        low = max(cq.min_offset, high - _CHUNK)
+        data = cq.raw_entries(low, high - low)
+        for i in range(high - low - 1, -1, -1):
+            offset, size, _ = ENTRY.unpack_from(data, i * ENTRY_SIZE)
+            if offset < end and size >= FIXED_SIZE:  # zeros or junk at the tail go too
+                cq.truncate(low + i + 1)
+                return
+        high = low
+    cq.truncate(cq.min_offset)

@@ -51,13 +51,15 @@ def read_format(data_dir: Path | str) -> dict[str, Any] | None:
         stored = None
     valid = {f: int for f in BROKER_FORMAT} | {"timer_precision_ms": int, "timer_engine": str}
     if not isinstance(stored, dict) or not isinstance(stored.get("timer_engine"), str) or any(
+            name not in valid for name in stored) or any(
             name in stored and (not isinstance(stored[name], kind) or isinstance(stored[name], bool))
             for name, kind in valid.items()):
         raise ConfigError(
-            f"{path} is damaged ({len(raw)} bytes, not the data dir's engine record); rewrite it "
+            f"{path} is damaged ({len(raw)} bytes, not the data dir's engine record, or one "
+            "written by a newer rtimer); rewrite it "
             'as {"timer_engine": "<rocksdb|wheel>"} naming the engine whose files the data dir '
             "holds (timer-rocksdb/ or wheel/), then run `rtimer check`")
-    return {name: value for name, value in stored.items() if name in valid}
+    return stored
 
 
 def adopt(data_dir: Path | str, config: BrokerConfig, explicit: Iterable[str] = ()

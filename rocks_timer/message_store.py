@@ -361,6 +361,7 @@ class MessageStore:
                 "corrupt_regions": [d.describe() for d in self.commitlog.damage[:20]],
                 "corrupt_region_count": len(self.commitlog.damage),
                 "short_segments": list(self.commitlog.short_segments),
+                "missing_segments": list(self.commitlog.missing_segments),
                 "recovery": self.recovery.as_dict()}
 
     def flush(self) -> None:

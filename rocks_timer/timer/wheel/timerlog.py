@@ -70,6 +70,13 @@ class TimerLog:
                     raise ConfigError(f"timerlog segment {path} is {size} bytes, larger than the "
                                       f"configured segment size {segment_size}")
                 self._add_segment(int(path.name), size)
+        # a segment missing before the last one: its units (and the messages they index) are
+        # gone from the wheel; recovery re-enqueues them from the timer topic
+        self.missing_segments = [f"{start:020d}" for start in range(
+            self._starts[0] if self._starts else 0, self._starts[-1] if self._starts else 0,
+            segment_size) if start not in set(self._starts)]
+        self.short_segments = [s.path.name for s in self._segments[:-1]
+                               if s.written != segment_size]
         self.flushed_where = self.max_offset
 
     # -- bookkeeping --------------------------------------------------------------------------
