@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Callable
 
 from rocks_timer.errors import CorruptRecordError, InvalidMessageError
+from rocks_timer.fileio import replace_durably
+from rocks_timer.private import private_dir
 from rocks_timer.timer.handles import TOPIC_PATTERN
 
 log = logging.getLogger(__name__)
@@ -110,16 +111,6 @@ class ConsumerOffsets:
             return moved
 
     def _write(self, table: dict[str, dict[str, int]]) -> None:
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = self.path.with_name(FILE_NAME + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "w", encoding="utf-8") as out:
-            json.dump({"offsetTable": table}, out, indent=1, sort_keys=True)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self.path)
-        dir_fd = os.open(self.path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        private_dir(self.path.parent)
+        replace_durably(self.path, json.dumps({"offsetTable": table}, indent=1,
+                                              sort_keys=True).encode("utf-8"))

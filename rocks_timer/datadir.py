@@ -19,12 +19,13 @@ it.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterable
 
 from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import ConfigError
+from rocks_timer.fileio import replace_durably
+from rocks_timer.private import private_dir
 
 FILE = Path("config") / "engine.json"
 BROKER_FORMAT = ("commitlog_segment_size", "consume_queue_entries_per_file")
@@ -112,15 +113,5 @@ def record(data_dir: Path | str, config: BrokerConfig, stored: dict[str, Any] | 
     if stored and stored["timer_engine"] != "memory" and all(k in stored for k in wanted):
         return
     path = Path(data_dir) / FILE
-    path.parent.mkdir(mode=0o700, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as out:
-        json.dump(wanted, out, sort_keys=True)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    private_dir(path.parent)
+    replace_durably(path, json.dumps(wanted, sort_keys=True).encode("ascii"))
