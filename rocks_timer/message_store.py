@@ -5,8 +5,10 @@ in groups: it assigns queue and CommitLog offsets, encodes the group into one bu
 writes it with one call (one fdatasync per group in sync-flush mode), appends the ConsumeQueue
 entries, and only then resolves the futures, so a resolved put is readable through ``pull``.
 
-On open the CommitLog's torn tail is truncated, ConsumeQueue entries that point past it are
-dropped, and every queue that lags the CommitLog is rebuilt from it.
+On open the CommitLog's torn tail is truncated (a corrupt record with valid ones after it is
+reported and kept in place), ConsumeQueue entries that point past the end are dropped, and
+every queue that lags the CommitLog, misses a file or holds a wrong entry is rebuilt from it
+(``cq_recovery``).
 """
 from __future__ import annotations
 
@@ -124,7 +126,8 @@ class MessageStore:
 
     # -- recovery -------------------------------------------------------------------------
     def _recover(self) -> None:
-        self.rebuilt_entries = rebuild_consume_queues(self.commitlog, self.queues, self._levels)
+        self.recovery = rebuild_consume_queues(self.commitlog, self.queues, self._levels)
+        self.rebuilt_entries = self.recovery.rebuilt_entries
 
     # -- puts -----------------------------------------------------------------------------
     def put_message_async(self, msg: Message) -> "Future[PutResult]":
@@ -301,11 +304,20 @@ class MessageStore:
 
     def pull(self, topic: str, queue_id: int = 0, offset: int = 0, max_messages: int = 32
              ) -> list[Message]:
+        return self.pull_page(topic, queue_id, offset, max_messages)[0]
+
+    def pull_page(self, topic: str, queue_id: int = 0, offset: int = 0, max_messages: int = 32
+                  ) -> tuple[list[Message], int]:
+        """Messages from ``offset`` and the queue offset to pull from next: past every entry
+        looked at, including corrupt (reported, skipped) and expired ones, so a consumer never
+        stalls on a record that cannot be read."""
         cq = self.queues.get(topic, queue_id)
         if cq is None or max_messages <= 0:
-            return []
+            return [], offset
         messages = []
+        next_offset = max(offset, cq.min_offset)
         for entry in cq.entries(offset, max_messages):
+            next_offset = entry.queue_offset + 1
             try:
                 messages.append(self.get_message(entry.commitlog_offset, entry.size))
             except KeyError:
@@ -313,7 +325,7 @@ class MessageStore:
             except CorruptRecordError as exc:
                 self.corrupt_reads += 1
                 log.error("pull %s/%d offset %d: %s", topic, queue_id, entry.queue_offset, exc)
-        return messages
+        return messages, next_offset
 
     def iter_messages(self, from_offset: int = 0) -> Iterator[Message]:
         for raw in self.commitlog.iter_raw(from_offset):
@@ -353,6 +365,11 @@ class MessageStore:
                 "messages_written": self.messages_written, "groups_written": self.groups_written,
                 "corrupt_reads": self.corrupt_reads,
                 "truncated_bytes": self.commitlog.truncated_bytes,
+                "corrupt_regions": [d.describe() for d in self.commitlog.damage[:20]],
+                "corrupt_region_count": len(self.commitlog.damage),
+                "short_segments": list(self.commitlog.short_segments),
+                "missing_segments": list(self.commitlog.missing_segments),
+                "recovery": self.recovery.as_dict(),
                 "synced_offset": self.commitlog.synced_offset, "syncs": self.commitlog.syncs}
 
     def sync(self, offset: int | None = None) -> bool:
