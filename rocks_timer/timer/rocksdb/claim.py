@@ -18,7 +18,9 @@ from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.layout import commit_removed, stage_removed
-from rocks_timer.timer.store import DueRecord
+from rocks_timer.message import Message
+from rocks_timer.timer.delivery import delivery_copy_py, native_copies
+from rocks_timer.timer.store import DueRecord, TimerKey
 from rocks_timer.timer.values import decode_value
 
 if TYPE_CHECKING:
@@ -62,30 +64,74 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int, max_byte
             del it
         bodies = vlog.read_many([(raw, p) for raw, _, p, _ in taken if p is not None]) \
             if vlog is not None else {}
+        good: list[tuple[bytes, bytes, bytes, int, bool]] = []
         for raw, index_value, pointer, size in taken:
-            try:
-                key = K.decode_key(raw)
-                value = index_value
-                if pointer is not None:
-                    value = bodies[raw]
-                    if isinstance(value, CorruptRecordError):
-                        raise value
-                elif I.is_pointer(value):  # a pointer too short to decode
+            value = index_value
+            if pointer is not None:
+                value = bodies[raw]
+                if isinstance(value, CorruptRecordError):
+                    corrupt.append((raw, index_value, value))
+                    continue
+            elif I.is_pointer(value):  # a pointer too short to decode
+                try:
                     I.decode_pointer(raw, value)
-                message = decode_value(raw, value)
-            except CorruptRecordError as exc:
-                corrupt.append((raw, index_value, exc))
-            else:
-                claimed.append(DueRecord(
-                    key=key, message=message, size=size, token=raw,
-                    handle=encode_handle(key.topic, key.due_ms, key.msg_id)))
-                pointers[raw] = index_value if pointer is not None else None
+                except CorruptRecordError as exc:
+                    corrupt.append((raw, index_value, exc))
+                    continue
+            if len(raw) != K.FIXED_KEY_SIZE + raw[K.DUE_SIZE] or raw[K.DUE_SIZE] == 0:
+                try:
+                    K.decode_key(raw)  # raises, naming what is wrong
+                except CorruptRecordError as exc:
+                    corrupt.append((raw, index_value, exc))
+                    continue
+            good.append((raw, index_value, value, size, pointer is not None))
+        values = [g[2] for g in good]
+        copies = native_copies(values, [K.key_due_ms(g[0]) for g in good], now_ms)
+        for (raw, index_value, value, size, pointed), copy in zip(good, copies):
+            message = None
+            if copy is None:  # the reference decides, and reports a corrupt value
+                try:
+                    message = decode_value(raw, value)
+                except CorruptRecordError as exc:
+                    corrupt.append((raw, index_value, exc))
+                    continue
+                copy = delivery_copy_py(message, K.key_due_ms(raw), now_ms)
+            claimed.append(ClaimedRecord(raw, value, size, copy, message))
+            pointers[raw] = index_value if pointed else None
         if corrupt:
             quarantine(store, corrupt)
         store._in_flight.update(pointers)
         if last is not None:
             store._claim_cursor = K.key_successor(last)
     return claimed
+
+class ClaimedRecord(DueRecord):
+    """A claimed record whose key, message and handle are decoded only if someone reads them
+    (the deliverer reads only ``copy``, ``size`` and ``token``)."""
+
+    __slots__ = ("_key", "_message", "_value")
+
+    def __init__(self, raw: bytes, value: bytes, size: int, copy, message=None):
+        self.token, self.size, self.copy = raw, size, copy
+        self._value, self._message, self._key = value, message, None
+
+    @property
+    def key(self) -> TimerKey:
+        if self._key is None:
+            self._key = K.decode_key(self.token)
+        return self._key
+
+    @property
+    def message(self) -> Message:
+        if self._message is None:
+            self._message = decode_value(self.token, self._value)
+        return self._message
+
+    @property
+    def handle(self) -> str:
+        key = self.key
+        return encode_handle(key.topic, key.due_ms, key.msg_id)
+
 
 def quarantine(store: "RocksTimerStore", corrupt: list[tuple[bytes, bytes, CorruptRecordError]]) -> None:
     """Move undecodable values to the ``corrupt`` family (one batch); never deliver them."""

@@ -1,0 +1,195 @@
+/* delivery_copies: timer values (rocks_timer/timer/values.py) straight to the objects the
+ * CommitLog writer encodes, without a Message per record. The Python reference is
+ * rocks_timer/timer/delivery.py (delivery_copy_py); tests/test_delivery_copies.py holds the two
+ * equal byte for byte.
+ *
+ * A value takes this path only when the reference would give exactly the stored property
+ * string plus the two delivery properties appended: a plain (not lz4) body, an ASCII topic,
+ * ASCII properties in canonical form (each entry name\x01value\x02, both parts non-empty, no
+ * name twice), no TIMER_OUT_MS or TIMER_DEQUEUE_MS yet, an upper-case UNIQ_KEY, and KEYS
+ * already normalised (single spaces). Anything else gives None, and the caller uses the
+ * reference, which also reports a corrupt value. */
+#include "native.h"
+
+#define VALUE_HEADER 36
+#define VALUE_VERSION 1
+#define PRESENT_QUEUE_ID 0x01
+#define PRESENT_BORN_MS 0x02
+
+static PyObject *S_dict_props, *S_dict_msg_id, *S_dict_tags;
+
+static uint32_t get32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static uint64_t get64(const unsigned char *p) {
+    return (uint64_t)get32(p) << 32 | get32(p + 4);
+}
+
+typedef struct {
+    const unsigned char *name, *value;
+    Py_ssize_t name_len, value_len;
+} entry_t;
+
+static int names_equal(const entry_t *e, const char *name) {
+    size_t n = strlen(name);
+    return (size_t)e->name_len == n && memcmp(e->name, name, n) == 0;
+}
+
+/* Split canonical ASCII properties; the number of entries, or -1 if not canonical. */
+static Py_ssize_t split_props(const unsigned char *p, Py_ssize_t n, entry_t *out, Py_ssize_t cap) {
+    Py_ssize_t count = 0, at = 0;
+    while (at < n) {
+        if (count == cap) return -1;
+        entry_t *e = &out[count];
+        e->name = p + at;
+        while (at < n && p[at] != 1 && p[at] != 2) {
+            if (p[at] >= 0x80) return -1;
+            at++;
+        }
+        e->name_len = p + at - e->name;
+        if (at == n || p[at] != 1 || e->name_len == 0) return -1;
+        e->value = p + ++at;
+        while (at < n && p[at] != 1 && p[at] != 2) {
+            if (p[at] >= 0x80) return -1;
+            at++;
+        }
+        e->value_len = p + at - e->value;
+        if (at == n || p[at] != 2 || e->value_len == 0) return -1;
+        at++;
+        for (Py_ssize_t j = 0; j < count; j++)
+            if (out[j].name_len == e->name_len && memcmp(out[j].name, e->name, e->name_len) == 0)
+                return -1;
+        count++;
+    }
+    return count;
+}
+
+static int keys_normalised(const entry_t *e) {
+    if (e->value[0] == ' ' || e->value[e->value_len - 1] == ' ') return 0;
+    for (Py_ssize_t i = 1; i < e->value_len; i++)
+        if (e->value[i] == ' ' && e->value[i - 1] == ' ') return 0;
+    return 1;
+}
+
+#define MAX_ENTRIES 64
+
+/* The copy of one value, or Py_None (new reference) when the reference must decide. */
+static PyObject *copy_one(PyObject *value, long long due_ms, long long now_ms, PyTypeObject *cls,
+                          PyObject **topic_cache) {
+    if (!PyBytes_Check(value)) Py_RETURN_NONE;
+    const unsigned char *v = (const unsigned char *)PyBytes_AS_STRING(value);
+    Py_ssize_t len = PyBytes_GET_SIZE(value);
+    if (len < VALUE_HEADER || v[0] != VALUE_VERSION || v[1] != 0 || (v[2] & ~3)) Py_RETURN_NONE;
+    int present = v[2];
+    int32_t queue_id = (int32_t)get32(v + 3), flag = (int32_t)get32(v + 7);
+    int64_t born_ms = (int64_t)get64(v + 11);
+    int32_t reconsume = (int32_t)get32(v + 19);
+    Py_ssize_t topic_len = v[23];
+    uint32_t props_len = get32(v + 24), body_len = get32(v + 28), stored_len = get32(v + 32);
+    if (topic_len == 0 || body_len != stored_len ||
+        (uint64_t)len != (uint64_t)VALUE_HEADER + topic_len + props_len + stored_len)
+        Py_RETURN_NONE;
+    const unsigned char *topic = v + VALUE_HEADER, *props = topic + topic_len;
+    const unsigned char *body = props + props_len;
+    for (Py_ssize_t i = 0; i < topic_len; i++)
+        if (topic[i] < 0x20 || topic[i] >= 0x80) Py_RETURN_NONE;
+    entry_t entries[MAX_ENTRIES];
+    Py_ssize_t count = split_props(props, props_len, entries, MAX_ENTRIES);
+    if (count < 0) Py_RETURN_NONE;
+    const entry_t *uniq = NULL, *tags = NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const entry_t *e = &entries[i];
+        if (names_equal(e, "TIMER_OUT_MS") || names_equal(e, "TIMER_DEQUEUE_MS")) Py_RETURN_NONE;
+        if (names_equal(e, "UNIQ_KEY")) {
+            for (Py_ssize_t j = 0; j < e->value_len; j++)
+                if (e->value[j] >= 'a' && e->value[j] <= 'z') Py_RETURN_NONE;
+            uniq = e;
+        } else if (names_equal(e, "TAGS")) {
+            tags = e;
+        } else if (names_equal(e, "KEYS") && !keys_normalised(e)) {
+            Py_RETURN_NONE;
+        }
+    }
+    if (uniq == NULL) Py_RETURN_NONE;
+
+    char extra[96];
+    int extra_len = snprintf(extra, sizeof extra, "TIMER_OUT_MS\x01%lld\x02TIMER_DEQUEUE_MS\x01%lld\x02",
+                             due_ms, now_ms);
+    PyObject *obj = NULL, *dict = NULL, *item = NULL;
+    PyObject *cached = *topic_cache;
+    if (cached == NULL || PyUnicode_GET_LENGTH(cached) != topic_len ||
+        memcmp(PyUnicode_DATA(cached), topic, topic_len) != 0) {
+        PyObject *fresh = PyUnicode_DecodeASCII((const char *)topic, topic_len, NULL);
+        if (fresh == NULL) return NULL;
+        Py_XSETREF(*topic_cache, fresh);
+    }
+    if ((dict = PyDict_New()) == NULL) return NULL;
+#define SET(key, expr)                                                   \
+    do {                                                                 \
+        if ((item = (expr)) == NULL) goto fail;                          \
+        if (PyDict_SetItem(dict, (key), item) < 0) goto fail;            \
+        Py_CLEAR(item);                                                  \
+    } while (0)
+    SET(S_topic, Py_NewRef(*topic_cache));
+    SET(S_body, PyBytes_FromStringAndSize((const char *)body, body_len));
+    item = PyBytes_FromStringAndSize(NULL, props_len + extra_len);
+    if (item == NULL) goto fail;
+    memcpy(PyBytes_AS_STRING(item), props, props_len);
+    memcpy(PyBytes_AS_STRING(item) + props_len, extra, extra_len);
+    if (PyDict_SetItem(dict, S_dict_props, item) < 0) goto fail;
+    Py_CLEAR(item);
+    SET(S_queue_id, present & PRESENT_QUEUE_ID ? PyLong_FromLong(queue_id) : Py_NewRef(Py_None));
+    SET(S_flag, PyLong_FromLong(flag));
+    SET(S_born_ms, present & PRESENT_BORN_MS ? PyLong_FromLongLong(born_ms) : Py_NewRef(Py_None));
+    SET(S_reconsume_times, PyLong_FromLong(reconsume));
+    SET(S_dict_tags, tags ? PyUnicode_DecodeASCII((const char *)tags->value, tags->value_len, NULL)
+                          : Py_NewRef(Py_None));
+    SET(S_dict_msg_id, PyUnicode_DecodeASCII((const char *)uniq->value, uniq->value_len, NULL));
+#undef SET
+    if ((obj = cls->tp_alloc(cls, 0)) == NULL) goto fail;
+    if (PyObject_GenericSetDict(obj, dict, NULL) < 0) goto fail;
+    Py_DECREF(dict);
+    return obj;
+fail:
+    Py_XDECREF(item);
+    Py_XDECREF(dict);
+    Py_XDECREF(obj);
+    return NULL;
+}
+
+PyObject *delivery_copies(PyObject *self, PyObject *args) {
+    PyObject *values, *dues, *cls;
+    long long now_ms;
+    if (!PyArg_ParseTuple(args, "O!O!LO!", &PyList_Type, &values, &PyList_Type, &dues, &now_ms,
+                          &PyType_Type, &cls))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if (PyList_GET_SIZE(dues) != n) {
+        PyErr_SetString(PyExc_ValueError, "delivery_copies: values and dues differ in length");
+        return NULL;
+    }
+    PyObject *out = PyList_New(n), *topic_cache = NULL;
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long due = PyLong_AsLongLong(PyList_GET_ITEM(dues, i));
+        if (due == -1 && PyErr_Occurred()) goto fail;
+        PyObject *copy = copy_one(PyList_GET_ITEM(values, i), due, now_ms, (PyTypeObject *)cls,
+                                  &topic_cache);
+        if (copy == NULL) goto fail;
+        PyList_SET_ITEM(out, i, copy);
+    }
+    Py_XDECREF(topic_cache);
+    return out;
+fail:
+    Py_XDECREF(topic_cache);
+    Py_DECREF(out);
+    return NULL;
+}
+
+int delivery_init(void) {
+    S_dict_props = PyUnicode_InternFromString("_encoded_properties");
+    S_dict_msg_id = PyUnicode_InternFromString("msg_id");
+    S_dict_tags = PyUnicode_InternFromString("tags");
+    return S_dict_props && S_dict_msg_id && S_dict_tags ? 0 : -1;
+}
