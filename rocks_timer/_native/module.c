@@ -31,6 +31,8 @@ static PyMethodDef methods[] = {
      "Value-segment records of (key, value) pairs, back to back, and their lengths."},
     {"vlog_parse", vlog_parse, METH_VARARGS,
      "Check and split value-segment records read in one buffer: a value or an error each."},
+    {"vlog_read", vlog_read, METH_VARARGS,
+     "Read and check value-segment records, one pread each, the GIL released once."},
     {"delivery_copies", delivery_copies, METH_VARARGS,
      "Timer values to CommitLog copies (TIMER_OUT_MS/TIMER_DEQUEUE_MS added), or None each."},
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},

@@ -37,6 +37,7 @@ uint32_t crc32_update(uint32_t seed, const unsigned char *p, size_t n);
 /* vlog.c */
 PyObject *vlog_parse(PyObject *self, PyObject *args);
 PyObject *vlog_frame(PyObject *self, PyObject *args);
+PyObject *vlog_read(PyObject *self, PyObject *args);
 /* delivery.c */
 int delivery_init(void);
 PyObject *delivery_copies(PyObject *self, PyObject *args);

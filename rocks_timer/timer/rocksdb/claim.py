@@ -38,38 +38,43 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int, max_byte
         read_opts = ReadOptions()
         read_opts.set_iterate_upper_bound(K.due_prefix(now_ms + 1))  # never early
         corrupt: list[tuple[bytes, bytes, CorruptRecordError]] = []
-        pointers: dict[bytes, bytes | None] = {}
+        in_flight_new: dict[bytes, bytes | None] = {}
         vlog = store.vlog
         used_bytes, last = 0, None
         taken: list[tuple[bytes, bytes, I.Pointer | None, int]] = []
         it = store._timer.iter(read_opts)
+        in_flight, pointer_of = store._in_flight, I.pointer_or_none
+        key_of, value_of, step, valid = it.key, it.value, it.next, it.valid
         try:
             it.seek(store._claim_cursor)
-            while it.valid() and len(taken) < max_messages:
-                raw = it.key()
-                if raw in store._in_flight:
-                    it.next()
+            while valid() and len(taken) < max_messages:
+                raw = key_of()
+                if raw in in_flight:
+                    step()
                     continue
-                value = it.value()
-                pointer = I.pointer_or_none(value) if vlog is not None else None
+                value = value_of()
+                pointer = pointer_of(value) if vlog is not None else None
                 size = pointer.length if pointer is not None else len(value)
                 if taken and used_bytes + size > max_bytes:
                     break
                 last = raw
                 used_bytes += size
                 taken.append((raw, value, pointer, size))
-                it.next()
+                step()
             check_iterator(it, f"timer store {store.path} claim")  # never a silent early end
         finally:
-            del it
+            del it, key_of, value_of, step, valid
         bodies = vlog.read_many([(raw, p) for raw, _, p, _ in taken if p is not None]) \
             if vlog is not None else {}
         good: list[tuple[bytes, bytes, bytes, int, bool]] = []
+        values: list[bytes] = []
+        dues: list[int] = []
+        due_of, fixed, due_size = K.key_due_ms, K.FIXED_KEY_SIZE, K.DUE_SIZE
         for raw, index_value, pointer, size in taken:
             value = index_value
             if pointer is not None:
                 value = bodies[raw]
-                if isinstance(value, CorruptRecordError):
+                if type(value) is not bytes:
                     corrupt.append((raw, index_value, value))
                     continue
             elif I.is_pointer(value):  # a pointer too short to decode
@@ -78,16 +83,17 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int, max_byte
                 except CorruptRecordError as exc:
                     corrupt.append((raw, index_value, exc))
                     continue
-            if len(raw) != K.FIXED_KEY_SIZE + raw[K.DUE_SIZE] or raw[K.DUE_SIZE] == 0:
+            if len(raw) != fixed + raw[due_size] or raw[due_size] == 0:
                 try:
                     K.decode_key(raw)  # raises, naming what is wrong
                 except CorruptRecordError as exc:
                     corrupt.append((raw, index_value, exc))
                     continue
             good.append((raw, index_value, value, size, pointer is not None))
-        values = [g[2] for g in good]
-        copies = native_copies(values, [K.key_due_ms(g[0]) for g in good], now_ms)
-        for (raw, index_value, value, size, pointed), copy in zip(good, copies):
+            values.append(value)
+            dues.append(due_of(raw))
+        copies = native_copies(values, dues, now_ms)
+        for (raw, index_value, value, size, pointed), copy, due in zip(good, copies, dues):
             message = None
             if copy is None:  # the reference decides, and reports a corrupt value
                 try:
@@ -95,12 +101,12 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int, max_byte
                 except CorruptRecordError as exc:
                     corrupt.append((raw, index_value, exc))
                     continue
-                copy = delivery_copy_py(message, K.key_due_ms(raw), now_ms)
+                copy = delivery_copy_py(message, due, now_ms)
             claimed.append(ClaimedRecord(raw, value, size, copy, message))
-            pointers[raw] = index_value if pointed else None
+            in_flight_new[raw] = index_value if pointed else None
         if corrupt:
             quarantine(store, corrupt)
-        store._in_flight.update(pointers)
+        store._in_flight.update(in_flight_new)
         if last is not None:
             store._claim_cursor = K.key_successor(last)
     return claimed
