@@ -1,6 +1,7 @@
-"""The native delivery copies (rocks_timer/_native/delivery.c) against the reference
-``delivery_copy_py``: for every stored value the native path either leaves the record to the
-reference (None) or gives a copy the CommitLog encodes to the same bytes."""
+"""The native delivery copies (rocks_timer/_native/delivery.c) against the reference: for every
+stored value the native path either leaves the record to the reference (None) or gives the
+prepared record ``prepared_copy_py`` gives, byte for byte, which the CommitLog writer (C and
+Python) encodes to the same bytes as the reference ``Message`` copy."""
 from __future__ import annotations
 
 import pytest
@@ -8,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocks_timer import Message
-from rocks_timer.batch_encoder import encode_batch_py
+from rocks_timer.batch_encoder import encode_batch_native, encode_batch_py
 from rocks_timer.errors import CorruptRecordError
 from rocks_timer.timer import delivery
-from rocks_timer.timer.delivery import delivery_copies, delivery_copy_py, native_copies
+from rocks_timer.timer.delivery import delivery_copy_py, native_copies, prepared_copy_py
 from rocks_timer.timer.values import decode_value, encode_value
 
 pytestmark = pytest.mark.skipif(delivery._native_copies is None, reason="no C extension built")
@@ -39,20 +40,22 @@ def stored_values(draw):
     return encode_value(msg, draw(st.sampled_from([64, 1 << 20])))
 
 
-def commitlog_bytes(copy) -> bytes:
-    batch = encode_batch_py([copy], 0, 1000, 1 << 30, STORE_MS, {}, lambda key: 7,
-                            lambda msg: 0)
-    return batch.data + batch.meta
+def commitlog_bytes(copy, encode=encode_batch_py) -> bytes:
+    batch = encode([copy], 0, 1000, 1 << 30, STORE_MS, {}, lambda key: 7, lambda msg: 0)
+    return batch.data + batch.meta + repr(batch.queues).encode()
 
 
 @settings(max_examples=500, deadline=None)
 @given(stored_values())
 def test_native_copy_encodes_like_the_reference(value):
     native = native_copies([value], [DUE], NOW)[0]
-    reference = delivery_copy_py(decode_value(b"k", value), DUE, NOW)
+    message = decode_value(b"k", value)
+    reference = delivery_copy_py(message, DUE, NOW)
     if native is not None:
-        assert commitlog_bytes(native) == commitlog_bytes(reference)
-        assert native.msg_id == reference.msg_id and native.topic == reference.topic
+        assert native == prepared_copy_py(message, DUE, NOW)
+        expected = commitlog_bytes(reference)
+        assert commitlog_bytes(native) == expected
+        assert commitlog_bytes(native, encode_batch_native) == expected
 
 
 @settings(max_examples=500, deadline=None)
@@ -63,23 +66,21 @@ def test_damaged_values_never_pass_as_something_else(value, at, byte):
     damaged = bytes(damaged)
     native = native_copies([damaged], [DUE], NOW)[0]
     try:
-        reference = delivery_copy_py(decode_value(b"k", damaged), DUE, NOW)
+        message = decode_value(b"k", damaged)
     except CorruptRecordError:
         assert native is None
         return
     if native is not None:
-        assert commitlog_bytes(native) == commitlog_bytes(reference)
+        assert native == prepared_copy_py(message, DUE, NOW)
 
 
 def test_the_common_value_takes_the_native_path_and_odd_ones_do_not():
-    plain = encode_value(Message("orders", b"x" * 100, tags="t", keys=["k"],
-                                 msg_id="0123456789ABCDEF0123456789ABCDEF"), 1 << 20)
-    packed = encode_value(Message("orders", b"x" * 1000,
-                                  msg_id="0123456789ABCDEF0123456789ABCDEF"), 64)
-    copies = native_copies([plain, packed, b"", b"\x01" * 40], [DUE] * 4, NOW)
-    assert copies[0] is not None and copies[1:] == [None, None, None]
-    assert copies[0].encoded_properties.endswith(
-        f"TIMER_OUT_MS\x01{DUE}\x02TIMER_DEQUEUE_MS\x01{NOW}\x02".encode())
-    full = delivery_copies([b"k1", b"k2"], [plain, packed], [DUE, DUE], NOW)
-    assert full[1].body == b"x" * 1000  # the lz4 body came through the reference
-    assert full[0].to_message().properties["TIMER_OUT_MS"] == str(DUE)
+    ids = "0123456789ABCDEF0123456789ABCDEF"
+    plain = encode_value(Message("orders", b"x" * 100, tags="t", keys=["k"], msg_id=ids,
+                                 born_ms=STORE_MS), 1 << 20)
+    packed = encode_value(Message("orders", b"x" * 1000, msg_id=ids, born_ms=STORE_MS), 64)
+    unborn = encode_value(Message("orders", b"x", msg_id=ids), 64)
+    copies = native_copies([plain, packed, unborn, b"", b"\x01" * 40], [DUE] * 5, NOW)
+    assert type(copies[0]) is bytes and type(copies[2]) is bytes
+    assert copies[1] is None and copies[3:] == [None, None]
+    assert f"TIMER_OUT_MS\x01{DUE}\x02TIMER_DEQUEUE_MS\x01{NOW}\x02".encode() in copies[0]

@@ -57,7 +57,7 @@ def outcome(fn, msg, schedule):
 
 def strip_ids(result, generated):
     """Ids generated for id-less messages differ between two calls; compare the rest."""
-    if result[0] == "error" or not generated:
+    if result[0] == "error" or not generated or result[6] is None:
         return result
     text = repr(result).replace(result[6], "<id>")
     return text

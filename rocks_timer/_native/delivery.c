@@ -1,14 +1,17 @@
-/* delivery_copies: timer values (rocks_timer/timer/values.py) straight to the objects the
- * CommitLog writer encodes, without a Message per record. The Python reference is
- * rocks_timer/timer/delivery.py (delivery_copy_py); tests/test_delivery_copies.py holds the two
- * equal byte for byte.
+/* delivery_copies(values, dues, now_ms) -> list: timer values (rocks_timer/timer/values.py)
+ * straight to prepared CommitLog records (record.prepare_record: the record with its place,
+ * store time and CRC left for the writer, then its tags code and flags), without a Message
+ * per record.
+ * The Python reference is rocks_timer/timer/delivery.py (prepared_copy_py);
+ * tests/test_delivery_copies.py holds the two equal byte for byte.
  *
  * A value takes this path only when the reference would give exactly the stored property
  * string plus the two delivery properties appended: a plain (not lz4) body, an ASCII topic,
  * ASCII properties in canonical form (each entry name\x01value\x02, both parts non-empty, no
- * name twice), no TIMER_OUT_MS or TIMER_DEQUEUE_MS yet, an upper-case UNIQ_KEY, and KEYS
- * already normalised (single spaces). Anything else gives None, and the caller uses the
- * reference, which also reports a corrupt value. */
+ * name twice), no TIMER_OUT_MS or TIMER_DEQUEUE_MS yet, an upper-case UNIQ_KEY, KEYS already
+ * normalised (single spaces), and a topic of at most 127 bytes that is not
+ * SCHEDULE_TOPIC_XXXX. Anything else gives None, and the caller uses the reference, which also
+ * reports a corrupt value. */
 #include "native.h"
 
 #define VALUE_HEADER 36
@@ -16,7 +19,6 @@
 #define PRESENT_QUEUE_ID 0x01
 #define PRESENT_BORN_MS 0x02
 
-static PyObject *S_dict_props, *S_dict_msg_id, *S_dict_tags;
 
 static uint32_t get32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
@@ -74,9 +76,9 @@ static int keys_normalised(const entry_t *e) {
 
 #define MAX_ENTRIES 64
 
-/* The copy of one value, or Py_None (new reference) when the reference must decide. */
-static PyObject *copy_one(PyObject *value, long long due_ms, long long now_ms, PyTypeObject *cls,
-                          PyObject **topic_cache) {
+/* The prepared record of one value, or Py_None (new reference) when the reference must
+ * decide. */
+static PyObject *copy_one(PyObject *value, long long due_ms, long long now_ms) {
     if (!PyBytes_Check(value)) Py_RETURN_NONE;
     const unsigned char *v = (const unsigned char *)PyBytes_AS_STRING(value);
     Py_ssize_t len = PyBytes_GET_SIZE(value);
@@ -113,83 +115,71 @@ static PyObject *copy_one(PyObject *value, long long due_ms, long long now_ms, P
     }
     if (uniq == NULL) Py_RETURN_NONE;
 
+    if (topic_len > 127 ||
+        (topic_len == 19 && memcmp(topic, "SCHEDULE_TOPIC_XXXX", 19) == 0))
+        Py_RETURN_NONE;
     char extra[96];
-    int extra_len = snprintf(extra, sizeof extra, "TIMER_OUT_MS\x01%lld\x02TIMER_DEQUEUE_MS\x01%lld\x02",
-                             due_ms, now_ms);
-    PyObject *obj = NULL, *dict = NULL, *item = NULL;
-    PyObject *cached = *topic_cache;
-    if (cached == NULL || PyUnicode_GET_LENGTH(cached) != topic_len ||
-        memcmp(PyUnicode_DATA(cached), topic, topic_len) != 0) {
-        PyObject *fresh = PyUnicode_DecodeASCII((const char *)topic, topic_len, NULL);
-        if (fresh == NULL) return NULL;
-        Py_XSETREF(*topic_cache, fresh);
+    int extra_len = snprintf(extra, sizeof extra,
+                             "TIMER_OUT_MS\x01%lld\x02TIMER_DEQUEUE_MS\x01%lld\x02", due_ms, now_ms);
+    Py_ssize_t all_props = (Py_ssize_t)props_len + extra_len;
+    if (all_props > 65535) Py_RETURN_NONE;
+    int64_t tags_code = 0;
+    if (tags != NULL) { /* Java's String.hashCode; the value is ASCII */
+        uint32_t h = 0;
+        for (Py_ssize_t i = 0; i < tags->value_len; i++) h = 31 * h + tags->value[i];
+        tags_code = (int32_t)h;
     }
-    if ((dict = PyDict_New()) == NULL) return NULL;
-#define SET(key, expr)                                                   \
-    do {                                                                 \
-        if ((item = (expr)) == NULL) goto fail;                          \
-        if (PyDict_SetItem(dict, (key), item) < 0) goto fail;            \
-        Py_CLEAR(item);                                                  \
-    } while (0)
-    SET(S_topic, Py_NewRef(*topic_cache));
-    SET(S_body, PyBytes_FromStringAndSize((const char *)body, body_len));
-    item = PyBytes_FromStringAndSize(NULL, props_len + extra_len);
-    if (item == NULL) goto fail;
-    memcpy(PyBytes_AS_STRING(item), props, props_len);
-    memcpy(PyBytes_AS_STRING(item) + props_len, extra, extra_len);
-    if (PyDict_SetItem(dict, S_dict_props, item) < 0) goto fail;
-    Py_CLEAR(item);
-    SET(S_queue_id, present & PRESENT_QUEUE_ID ? PyLong_FromLong(queue_id) : Py_NewRef(Py_None));
-    SET(S_flag, PyLong_FromLong(flag));
-    SET(S_born_ms, present & PRESENT_BORN_MS ? PyLong_FromLongLong(born_ms) : Py_NewRef(Py_None));
-    SET(S_reconsume_times, PyLong_FromLong(reconsume));
-    SET(S_dict_tags, tags ? PyUnicode_DecodeASCII((const char *)tags->value, tags->value_len, NULL)
-                          : Py_NewRef(Py_None));
-    SET(S_dict_msg_id, PyUnicode_DecodeASCII((const char *)uniq->value, uniq->value_len, NULL));
-#undef SET
-    if ((obj = cls->tp_alloc(cls, 0)) == NULL) goto fail;
-    if (PyObject_GenericSetDict(obj, dict, NULL) < 0) goto fail;
-    Py_DECREF(dict);
-    return obj;
-fail:
-    Py_XDECREF(item);
-    Py_XDECREF(dict);
-    Py_XDECREF(obj);
-    return NULL;
+    Py_ssize_t size = RECORD_FIXED_SIZE + body_len + topic_len + all_props;
+    PyObject *blob = PyBytes_FromStringAndSize(NULL, size + 9);
+    if (blob == NULL) return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(blob);
+    memset(w, 0, 84);
+    put32(w, (uint32_t)size);
+    put32(w + 4, RECORD_MAGIC);
+    put32(w + 12, (uint32_t)(present & PRESENT_QUEUE_ID ? queue_id : 0));
+    put32(w + 16, (uint32_t)flag);
+    put64(w + 40, present & PRESENT_BORN_MS ? (uint64_t)born_ms : 0);
+    memcpy(w + 48, LOCALHOST, 8);
+    memcpy(w + 64, LOCALHOST, 8);
+    put32(w + 72, (uint32_t)reconsume);
+    w += 84;
+    w = put32(w, body_len);
+    memcpy(w, body, body_len);
+    w += body_len;
+    *w++ = (unsigned char)topic_len;
+    memcpy(w, topic, topic_len);
+    w += topic_len;
+    *w++ = (unsigned char)(all_props >> 8);
+    *w++ = (unsigned char)all_props;
+    memcpy(w, props, props_len);
+    memcpy(w + props_len, extra, extra_len);
+    put64(w + all_props, (uint64_t)tags_code);
+    w[all_props + 8] = present & PRESENT_BORN_MS ? 0 : 0x01; /* born at the store time */
+    return blob;
 }
 
 PyObject *delivery_copies(PyObject *self, PyObject *args) {
-    PyObject *values, *dues, *cls;
+    PyObject *values, *dues;
     long long now_ms;
-    if (!PyArg_ParseTuple(args, "O!O!LO!", &PyList_Type, &values, &PyList_Type, &dues, &now_ms,
-                          &PyType_Type, &cls))
+    if (!PyArg_ParseTuple(args, "O!O!L", &PyList_Type, &values, &PyList_Type, &dues, &now_ms))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(values);
     if (PyList_GET_SIZE(dues) != n) {
         PyErr_SetString(PyExc_ValueError, "delivery_copies: values and dues differ in length");
         return NULL;
     }
-    PyObject *out = PyList_New(n), *topic_cache = NULL;
+    PyObject *out = PyList_New(n);
     if (out == NULL) return NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
         long long due = PyLong_AsLongLong(PyList_GET_ITEM(dues, i));
         if (due == -1 && PyErr_Occurred()) goto fail;
-        PyObject *copy = copy_one(PyList_GET_ITEM(values, i), due, now_ms, (PyTypeObject *)cls,
-                                  &topic_cache);
+        PyObject *copy = copy_one(PyList_GET_ITEM(values, i), due, now_ms);
         if (copy == NULL) goto fail;
         PyList_SET_ITEM(out, i, copy);
     }
-    Py_XDECREF(topic_cache);
     return out;
 fail:
-    Py_XDECREF(topic_cache);
     Py_DECREF(out);
     return NULL;
 }
 
-int delivery_init(void) {
-    S_dict_props = PyUnicode_InternFromString("_encoded_properties");
-    S_dict_msg_id = PyUnicode_InternFromString("msg_id");
-    S_dict_tags = PyUnicode_InternFromString("tags");
-    return S_dict_props && S_dict_msg_id && S_dict_tags ? 0 : -1;
-}

@@ -34,7 +34,7 @@ static PyMethodDef methods[] = {
     {"vlog_read", vlog_read, METH_VARARGS,
      "Read and check value-segment records, one pread each, the GIL released once."},
     {"delivery_copies", delivery_copies, METH_VARARGS,
-     "Timer values to CommitLog copies (TIMER_OUT_MS/TIMER_DEQUEUE_MS added), or None each."},
+     "Timer values to prepared CommitLog records (TIMER_OUT_MS, TIMER_DEQUEUE_MS added), or None."},
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},
     {NULL, NULL, 0, NULL},
 };
@@ -44,6 +44,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "codec", NULL, -1, me
 PyMODINIT_FUNC PyInit_codec(void) {
     crc_init();
     timer_init();
-    if (fields_init() < 0 || delivery_init() < 0) return NULL;
+    if (fields_init() < 0) return NULL;
     return PyModule_Create(&module);
 }

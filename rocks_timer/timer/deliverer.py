@@ -142,8 +142,7 @@ class Deliverer:
                 results = put.future.result()
                 landed.extend(put.records)
                 finished.add(id(put))
-                last = results[-1]  # a batch is written contiguously, in order
-                end = max(end or 0, last.commitlog_offset + last.size)
+                end = max(end or 0, results.end_offset)  # written contiguously, in order
                 self.last_lateness_ms = now_ms - put.records[-1].key.due_ms
             else:
                 self.failed_puts += 1
