@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
-import json
 import logging
 import os
 import threading
@@ -17,11 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from rocks_timer import datadir
+from rocks_timer.check import CheckReport, check_broker
 from rocks_timer.clock import Clock, ManualClock, SystemClock
 from rocks_timer.config import BrokerConfig
+from rocks_timer.consumer_offsets import ConsumerOffsets
 from rocks_timer.errors import ConfigError, EngineNotAvailableError, StoreClosedError, StoreLockedError
 from rocks_timer.message import Message
 from rocks_timer.message_store import MessageStore
+from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, private_dir,
+                                 release_owner_only_umask, tighten)
 from rocks_timer.routing import route
 from rocks_timer.timer.deliverer import Deliverer
 from rocks_timer.timer.store import ScanPage, TimerRecord, TimerStore
@@ -74,10 +78,17 @@ class Broker:
     def __init__(self, path: Path | str, config: BrokerConfig | None = None,
                  clock: Clock | None = None):
         self.path = Path(path)
-        self.config = (config or BrokerConfig()).validate()
+        self.config = (config or datadir.adopt(path, BrokerConfig())).validate()
         self.clock = clock or SystemClock()
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = self._lock_data_dir()
+        hold_owner_only_umask()  # RocksDB's own files get 0600 too (rocks_timer.private)
+        self._lock_fd: int | None = None
+        try:
+            private_dir(self.path)
+            self._lock_fd = self._lock_data_dir()
+            tighten(self.path)  # a data dir made by an older version becomes owner-only
+        except BaseException:
+            self._release()
+            raise
         self._closed = False
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
@@ -85,15 +96,20 @@ class Broker:
         self._wake_at_ms = 0
         self._tick_lock = threading.Lock()
         self._last_retention_ms = 0
+        self._last_flush_ms = self.clock.now_ms()
+        self._async_flush = self.config.flush_disk_type == "async"
         self.sent = {"immediate": 0, "level": 0, "timer": 0}
         self.cancelled = 0
         try:
-            self._check_engine_marker()
+            stored_format = datadir.check(self.path, self.config)
             self.messages = MessageStore.open(self.path, self.config, self.clock)
             self.timer = _open_timer_store(self.path, self.config, self.messages)
             self.deliverer = Deliverer(self.timer, self.messages, self.config, self.clock)
             self.deliverer.reconcile()
             self.levels = _open_level_service(self.path, self.config, self.messages, self.clock)
+            datadir.record(self.path, self.config, stored_format)
+            self.consumer_offsets = ConsumerOffsets(self.path)
+            self.clamped_offsets = self.consumer_offsets.clamp(self.max_offset)
         except BaseException:
             self._release()
             raise
@@ -105,7 +121,7 @@ class Broker:
 
     # -- data dir ---------------------------------------------------------------------------
     def _lock_data_dir(self) -> int:
-        fd = os.open(self.path / "broker.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path / "broker.lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -117,26 +133,13 @@ class Broker:
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
 
-    def _check_engine_marker(self) -> None:
-        marker = self.path / "config" / "engine.json"
-        marker.parent.mkdir(exist_ok=True)
-        if marker.exists():
-            stored = json.loads(marker.read_text()).get("timer_engine")
-            if stored != self.config.timer_engine and not (
-                    stored == "memory" or self.config.timer_engine == "memory"):
-                raise ConfigError(f"data dir {self.path} was created with timer_engine={stored!r}"
-                                  f"; it cannot be opened with {self.config.timer_engine!r} "
-                                  "(its pending messages would be stranded)")
-            if stored != "memory":
-                return
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"timer_engine": self.config.timer_engine}))
-        os.replace(tmp, marker)
-
     def _release(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if not getattr(self, "_umask_released", False):
+            self._umask_released = True
+            release_owner_only_umask()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -219,16 +222,15 @@ class Broker:
         """One synchronous step of every service at ``now_ms`` (default: the clock's time).
         Returns how many messages reached their real topic.
 
-        A step never runs ahead of the clock that stamps stored messages: a ``ManualClock``
-        behind ``now_ms`` is moved forward to it; a real clock caps ``now_ms`` at its own time
-        (so a delivered copy's ``store_ms`` is never before its due time)."""
+        A step always runs at the time of the clock that stamps stored messages: a
+        ``ManualClock`` behind ``now_ms`` is moved forward to it; otherwise ``now_ms`` is
+        ignored (a real clock caps it at its own time, so a delivered copy's ``store_ms`` is
+        never before its due time; a ``now_ms`` behind the clock would make the level service
+        take due times ahead of it for a clock jump and deliver them early)."""
         self._check_open()
         now = self.clock.now_ms()
-        if now_ms is not None and now_ms != now:
-            if isinstance(self.clock, ManualClock) and now_ms > now:
-                now = self.clock.set(now_ms)
-            else:
-                now = min(now_ms, now)
+        if now_ms is not None and now_ms > now and isinstance(self.clock, ManualClock):
+            now = self.clock.set(now_ms)
         with self._tick_lock:
             delivered = self._timer_step(now)
             if self.levels is not None:
@@ -241,9 +243,23 @@ class Broker:
         return self.deliverer.step(now_ms, wait_for_puts=wait)
 
     def _housekeeping(self, now_ms: int) -> None:
+        if self._async_flush and now_ms - self._last_flush_ms >= self.config.flush_interval_ms:
+            self._last_flush_ms = now_ms
+            self.flush()
         if now_ms - self._last_retention_ms >= _RETENTION_EVERY_MS:
             self._last_retention_ms = now_ms
             self.messages.delete_expired(now_ms)
+
+    def flush(self) -> None:
+        """Make everything acknowledged so far survive power loss: the CommitLog, then the
+        timer engine's files (value segments and RocksDB WAL, or the wheel's TimerLog, wheel
+        and checkpoint). Runs every ``flush_interval_ms`` in async mode; in sync mode every
+        write is on disk when it returns already."""
+        self._check_open()
+        self.messages.sync()
+        sync = getattr(self.timer, "sync", None)
+        if sync is not None:
+            sync()
 
     def start(self) -> "Broker":
         """Run the services on background threads (the timer loop every timer_precision_ms)."""
@@ -317,6 +333,12 @@ class Broker:
         self.close()
 
     # -- stats --------------------------------------------------------------------------------
+    def check(self) -> CheckReport:
+        """A read-only walk of the invariants (``rocks_timer.check``); ``.ok``, ``.problems``."""
+        self._check_open()
+        with self._tick_lock:
+            return check_broker(self)
+
     def stats(self) -> dict[str, Any]:
         self._check_open()
         now = self.clock.now_ms()
@@ -336,6 +358,7 @@ class Broker:
             "timer": timer,
             "commitlog": self.messages.stats(),
             "levels": self.levels.stats() if self.levels is not None else None,
+            "clamped_consumer_offsets": list(self.clamped_offsets),
         }
 
 

@@ -60,6 +60,7 @@ class BrokerConfig:
     commitlog_segment_size: int = 64 * MiB
     consume_queue_entries_per_file: int = 300_000
     flush_disk_type: str = "async"
+    flush_interval_ms: int = 500  # async mode: everything acknowledged is fsynced this often
     file_reserved_hours: int = 72
 
     # -- derived values --------------------------------------------------------------------
@@ -134,6 +135,7 @@ class BrokerConfig:
         need(1 <= self.consume_queue_entries_per_file <= 10_000_000,
              "consume_queue_entries_per_file", "1..10000000")
         need(self.flush_disk_type in FLUSH_MODES, "flush_disk_type", ", ".join(FLUSH_MODES))
+        need(1 <= self.flush_interval_ms <= 60_000, "flush_interval_ms", "1..60000 ms")
         need(self.file_reserved_hours >= 1, "file_reserved_hours", ">= 1 hour")
         return self
 
@@ -150,44 +152,63 @@ class BrokerConfig:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "BrokerConfig":
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from None
-        if set(data) == {"broker"} and isinstance(data["broker"], dict):
-            data = data["broker"]
-        return cls.from_mapping(data)
+        return cls.from_mapping(_toml_values(path))
 
     @classmethod
     def from_broker_conf(cls, path: str | Path) -> "BrokerConfig":
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from None
-        values: dict[str, Any] = {}
-        by_name = _rocketmq_name_table()
-        for number, raw in enumerate(text.splitlines(), start=1):
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            key, sep, value = line.partition("=")
-            key, value = key.strip(), value.strip()
-            if not sep or not key:
-                raise ConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
-            if key not in by_name:
-                raise ConfigError(
-                    f"{path}:{number}: unknown key {key!r}; valid keys: {', '.join(sorted(by_name))}"
-                )
-            name, convert = by_name[key]
-            values[name] = convert(name, value)
-        return cls.from_mapping(values)
+        return cls.from_mapping(_broker_conf_values(path))
+
+    @classmethod
+    def read_values(cls, path: str | Path) -> dict[str, Any]:
+        """The settings a config file gives, by field name (what it leaves out is absent):
+        TOML for ``*.toml``, RocketMQ ``key=value`` for anything else (``broker.conf``)."""
+        return _toml_values(path) if str(path).endswith(".toml") else _broker_conf_values(path)
 
     @classmethod
     def load(cls, path: str | Path) -> "BrokerConfig":
         """TOML for ``*.toml``, RocketMQ ``key=value`` for anything else (``broker.conf``)."""
-        if str(path).endswith(".toml"):
-            return cls.from_toml(path)
-        return cls.from_broker_conf(path)
+        return cls.from_mapping(cls.read_values(path))
+
+
+def _read_text(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.object[exc.start]:#04x}"
+                          f" at position {exc.start})") from None
+
+
+def _toml_values(path: str | Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(_read_text(path))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    if set(data) == {"broker"} and isinstance(data["broker"], dict):
+        data = data["broker"]
+    return data
+
+
+def _broker_conf_values(path: str | Path) -> dict[str, Any]:
+    text = _read_text(path)
+    values: dict[str, Any] = {}
+    by_name = _rocketmq_name_table()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise ConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
+        if key not in by_name:
+            raise ConfigError(
+                f"{path}:{number}: unknown key {key!r}; valid keys: {', '.join(sorted(by_name))}"
+            )
+        name, convert = by_name[key]
+        values[name] = convert(name, value)
+    return values
 
 
 def _field_type(f: dataclasses.Field) -> type:
@@ -236,6 +257,7 @@ ROCKETMQ_NAMES: dict[str, tuple[str, Any]] = {
     "mappedFileSizeCommitLog": ("commitlog_segment_size", _convert),
     "mappedFileSizeConsumeQueue": ("consume_queue_entries_per_file", _cq_entries),
     "flushDiskType": ("flush_disk_type", _flush_disk_type),
+    "flushIntervalCommitLog": ("flush_interval_ms", _convert),
     "flushDelayOffsetInterval": ("flush_delay_offset_interval_ms", _convert),
     "scheduleAsyncDeliverMaxResendNum2Blocked":
         ("schedule_async_deliver_max_resend_num2_blocked", _convert),

@@ -5,8 +5,10 @@ in groups: it assigns queue and CommitLog offsets, encodes the group into one bu
 writes it with one call (one fdatasync per group in sync-flush mode), appends the ConsumeQueue
 entries, and only then resolves the futures, so a resolved put is readable through ``pull``.
 
-On open the CommitLog's torn tail is truncated, ConsumeQueue entries that point past it are
-dropped, and every queue that lags the CommitLog is rebuilt from it.
+On open the CommitLog's torn tail is truncated (a corrupt record with valid ones after it is
+reported and kept in place), ConsumeQueue entries that point past the end are dropped, and
+every queue that lags the CommitLog, misses a file or holds a wrong entry is rebuilt from it
+(``cq_recovery``).
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import threading
 from collections import defaultdict
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from rocks_timer.clock import Clock
 from rocks_timer.commitlog import CommitLog
@@ -111,6 +113,9 @@ class MessageStore:
         self._queued = 0  # puts handed to the writer thread and not yet written
         self._queued_lock = threading.Lock()
         self._closed = False
+        # called with the set of topics a group wrote, after their ConsumeQueues grew (pop long
+        # polling wakes on it); keep listeners quick: they run on the writing thread
+        self.arrival_listeners: list[Callable[[set[str]], None]] = []
         self._writer = threading.Thread(target=self._writer_loop, name="commitlog-writer",
                                         daemon=True)
         self._writer.start()
@@ -121,7 +126,8 @@ class MessageStore:
 
     # -- recovery -------------------------------------------------------------------------
     def _recover(self) -> None:
-        self.rebuilt_entries = rebuild_consume_queues(self.commitlog, self.queues, self._levels)
+        self.recovery = rebuild_consume_queues(self.commitlog, self.queues, self._levels)
+        self.rebuilt_entries = self.recovery.rebuilt_entries
 
     # -- puts -----------------------------------------------------------------------------
     def put_message_async(self, msg: Message) -> "Future[PutResult]":
@@ -278,6 +284,10 @@ class MessageStore:
                                                                   run.first_queue_offset)
                 self._bytes_by_topic[run.key[0]] += run.record_bytes
         meta = batches[0].meta if len(batches) == 1 else b"".join(b.meta for b in batches)
+        if self.arrival_listeners:
+            topics = {run.key[0] for batch in batches for run in batch.queues}
+            for listener in self.arrival_listeners:
+                listener(topics)
         self.groups_written += 1
         self.messages_written += len(messages)
         return PutResults(messages, meta, store_ms)
@@ -296,11 +306,20 @@ class MessageStore:
 
     def pull(self, topic: str, queue_id: int = 0, offset: int = 0, max_messages: int = 32
              ) -> list[Message]:
+        return self.pull_page(topic, queue_id, offset, max_messages)[0]
+
+    def pull_page(self, topic: str, queue_id: int = 0, offset: int = 0, max_messages: int = 32
+                  ) -> tuple[list[Message], int]:
+        """Messages from ``offset`` and the queue offset to pull from next: past every entry
+        looked at, including corrupt (reported, skipped) and expired ones, so a consumer never
+        stalls on a record that cannot be read."""
         cq = self.queues.get(topic, queue_id)
         if cq is None or max_messages <= 0:
-            return []
+            return [], offset
         messages = []
+        next_offset = max(offset, cq.min_offset)
         for entry in cq.entries(offset, max_messages):
+            next_offset = entry.queue_offset + 1
             try:
                 messages.append(self.get_message(entry.commitlog_offset, entry.size))
             except KeyError:
@@ -308,7 +327,7 @@ class MessageStore:
             except CorruptRecordError as exc:
                 self.corrupt_reads += 1
                 log.error("pull %s/%d offset %d: %s", topic, queue_id, entry.queue_offset, exc)
-        return messages
+        return messages, next_offset
 
     def iter_messages(self, from_offset: int = 0) -> Iterator[Message]:
         for raw in self.commitlog.iter_raw(from_offset):
@@ -347,7 +366,19 @@ class MessageStore:
                 "bytes_by_topic": self.bytes_written_by_topic(),
                 "messages_written": self.messages_written, "groups_written": self.groups_written,
                 "corrupt_reads": self.corrupt_reads,
-                "truncated_bytes": self.commitlog.truncated_bytes}
+                "truncated_bytes": self.commitlog.truncated_bytes,
+                "corrupt_regions": [d.describe() for d in self.commitlog.damage[:20]],
+                "corrupt_region_count": len(self.commitlog.damage),
+                "short_segments": list(self.commitlog.short_segments),
+                "missing_segments": list(self.commitlog.missing_segments),
+                "recovery": self.recovery.as_dict(),
+                "synced_offset": self.commitlog.synced_offset, "syncs": self.commitlog.syncs}
+
+    def sync(self, offset: int | None = None) -> bool:
+        """fdatasync the CommitLog up to ``offset`` (default: everything written); False when it
+        was on disk already. ConsumeQueues are not synced here: they are rebuilt from the
+        CommitLog on open wherever they lag."""
+        return self.commitlog.sync_to(self.commitlog.max_offset if offset is None else offset)
 
     def flush(self) -> None:
         self.commitlog.flush()
