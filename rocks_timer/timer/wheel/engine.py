@@ -281,6 +281,10 @@ class WheelTimerStore:
         """From the slot counts (see ``wheel.histogram``): not exact for rolled messages."""
         with self._lock:
             self._check_open()
+            now_ms = self.clock.now_ms()
+            for _ in range(64):  # count what was sent but not yet enqueued in its slot (bounded)
+                if self._enqueue.backlog() == 0 or self._enqueue.run(now_ms, ENQUEUE_BUDGET) == 0:
+                    break
             outside = len(self.state.expired_outstanding) + self._enqueue.backlog()
             return count_slots(self.wheel, self.state, ranges, outside)
 

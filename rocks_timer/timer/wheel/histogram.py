@@ -4,7 +4,8 @@ The wheel has no index by due time other than its slots, so the counts are what 
 a message parked for a roll counts at its parking slot (not at its final due time), a slot's
 ``num`` goes down when a delete marker lands in it, and slots behind the claim position (being
 delivered) are not counted. Messages sent but not yet enqueued into the wheel, and expired
-ones waiting for delivery, count as due now. Only the wheel's horizon (2 x slots_total slots
+ones waiting for delivery, count as due now (a count first enqueues what it can, as ``scan``
+does). Only the wheel's horizon (2 x slots_total slots
 from the claim position) exists; a range beyond it counts 0.
 """
 from __future__ import annotations
@@ -22,8 +23,8 @@ BASIS = "wheel slot time (rolled messages at their parking slot)"
 
 def count_slots(wheel: TimerWheel, state: WheelState, ranges: Sequence[tuple[int | None, int | None]],
                 not_in_slots: int = 0) -> list[int]:
-    """Sum of slot ``num`` over slots with time in [lo, hi) from the claim position; ranges
-    that include the claim position also count ``not_in_slots`` (backlog, expired)."""
+    """Sum of slot ``num`` over slots with time in [lo, hi) from the claim position;
+    ``not_in_slots`` (backlog, expired) counts as due just before the claim position."""
     check_bounds(ranges)
     p = state.precision_ms
     start = state.claim_time_ms
@@ -39,7 +40,7 @@ def count_slots(wheel: TimerWheel, state: WheelState, ranges: Sequence[tuple[int
             count = max(0, -(-(b - first) // p))
             for _t, view, valid in wheel._valid_runs(first, count):
                 total += int(view["num"][valid].astype(np.int64).sum())
-        if (lo is None or lo <= start) and (hi is None or hi > start):
-            total += not_in_slots
+        if (lo is None or lo < start) and (hi is None or hi >= start):
+            total += not_in_slots  # due now: counted just before the claim position
         out.append(total)
     return out
