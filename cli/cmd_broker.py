@@ -9,20 +9,25 @@ from typing import Any
 
 import click
 
-from cli import render
+from cli import grpc_front, render
 from cli.session import Settings, call
 from cli.remote import BrokerSocketServer, socket_path
 
 
 @click.command()
+@click.option("--grpc-listen", metavar="HOST:PORT|off", default=None,
+              help="Serve the RocketMQ 5 gRPC protocol (the official clients) here; port 0 "
+                   "picks a free port; 'off' disables it. Default 127.0.0.1:8081 (skipped "
+                   "with a warning if that port is taken).")
 @click.pass_obj
-def run(settings: Settings) -> None:
+def run(settings: Settings, grpc_listen: str | None) -> None:
     """Run the broker in the foreground until SIGTERM or Ctrl-C.
 
-    Delivers timer and level messages as they come due and answers the other rtimer
-    commands over <data-dir>/rtimer.sock (mode 0600, removed on stop).
+    Delivers timer and level messages as they come due, answers the other rtimer
+    commands over <data-dir>/rtimer.sock (mode 0600, removed on stop), and serves
+    RocketMQ 5 clients over gRPC (--grpc-listen).
 
-    Example: rtimer --data-dir ./data run
+    Example: rtimer --data-dir ./data run --grpc-listen 127.0.0.1:8081
     """
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
@@ -34,9 +39,14 @@ def run(settings: Settings) -> None:
                 click.echo(f"rtimer: broker running on {settings.data_dir} (engine "
                            f"{broker.timer.name}, pid {os.getpid()}); socket "
                            f"{socket_path(settings.data_dir)}; Ctrl-C or SIGTERM stops it")
-                while not stop.wait(0.5):
-                    pass
-                click.echo("rtimer: stopping")
+                front = grpc_front.start(broker, grpc_listen)
+                try:
+                    while not stop.wait(0.5):
+                        pass
+                    click.echo("rtimer: stopping")
+                finally:
+                    if front is not None:
+                        front.stop()
             stats = broker.stats()
         click.echo(f"rtimer: stopped cleanly ({stats['pending']} pending, "
                    f"{stats['delivered']} timer messages delivered this run)")

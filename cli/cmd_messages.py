@@ -1,9 +1,12 @@
 """The message commands: ``send``, ``scan``, ``cancel``, ``consume``."""
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import click
 
@@ -148,22 +151,48 @@ def _print_lines(result: dict[str, Any], as_json: bool) -> None:
         render.consumed(result)
 
 
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """An event set by SIGINT or SIGTERM while the block runs.
+
+    ``--follow`` must not depend on Python's default SIGINT handler: Python does not install
+    it when the process starts with SIGINT ignored (a background job of a non-interactive
+    shell, some CI runners), and Ctrl-C was then never honoured. Here both signals only set
+    the event; the loop notices it between polls, so the broker closes cleanly, never in the
+    middle of an operation."""
+    stop = threading.Event()
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    except ValueError:  # not the main thread (an embedding program): it stops us its own way
+        pass
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _follow(settings: Settings, args: dict[str, Any], as_json: bool) -> None:
-    client = BrokerClient.connect(settings.data_dir)
-    if client is not None:
-        with client:
-            while True:
-                result = client.call("consume", {**args, "deliver": False})
+    with _stop_on_signals() as stop:
+        client = BrokerClient.connect(settings.data_dir)
+        if client is not None:
+            with client:
+                while not stop.is_set():
+                    result = client.call("consume", {**args, "deliver": False})
+                    _print_lines(result, as_json)
+                    if not result["messages"]:
+                        stop.wait(FOLLOW_POLL_S)
+            return
+        settings.require_data_dir()
+        ops.check_topic(args["topic"])
+        # Nobody runs the data dir: run the broker here, and serve other commands meanwhile.
+        with settings.open_broker() as broker, \
+                BrokerSocketServer(broker, settings.data_dir) as server:
+            broker.start()
+            while not stop.is_set():
+                result = server.run_op("consume", args)
                 _print_lines(result, as_json)
                 if not result["messages"]:
-                    time.sleep(FOLLOW_POLL_S)
-    settings.require_data_dir()
-    ops.check_topic(args["topic"])
-    # Nobody runs the data dir: run the broker here, and serve other commands meanwhile.
-    with settings.open_broker() as broker, BrokerSocketServer(broker, settings.data_dir) as server:
-        broker.start()
-        while True:
-            result = server.run_op("consume", args)
-            _print_lines(result, as_json)
-            if not result["messages"]:
-                time.sleep(FOLLOW_POLL_S)
+                    stop.wait(FOLLOW_POLL_S)

@@ -102,7 +102,13 @@ class ScheduleMessageService:
 
     def persist(self) -> None:
         with self._persist_lock:
-            self.offset_file.write(self.offsets.encode())
+            text = self.offsets.encode()
+            # the offsets forget the messages before them: their delivered copies go to disk
+            # first (DESIGN §5), so a power cut can repeat a delivery but never lose one
+            sync = getattr(self.store, "sync", None)
+            if sync is not None:
+                sync()
+            self.offset_file.write(text)
             self.persists += 1
 
     def _persist_if_due(self, now_ms: int) -> None:

@@ -21,8 +21,11 @@ from rocks_timer.broker_keys import KeyedOperations
 from rocks_timer.clock import Clock, ManualClock, SystemClock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import ConfigError, EngineNotAvailableError, StoreClosedError, StoreLockedError
+from rocks_timer.fileio import replace_durably
 from rocks_timer.message import Message
 from rocks_timer.message_store import MessageStore
+from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, private_dir,
+                                 release_owner_only_umask, tighten)
 from rocks_timer.routing import route
 from rocks_timer.timer.deliverer import Deliverer
 from rocks_timer.timer.store import ScanPage, TimerRecord, TimerStore
@@ -78,8 +81,15 @@ class Broker(KeyedOperations):
         self.path = Path(path)
         self.config = (config or BrokerConfig()).validate()
         self.clock = clock or SystemClock()
-        self.path.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = self._lock_data_dir()
+        hold_owner_only_umask()  # RocksDB's own files get 0600 too (rocks_timer.private)
+        self._lock_fd: int | None = None
+        try:
+            private_dir(self.path)
+            self._lock_fd = self._lock_data_dir()
+            tighten(self.path)  # a data dir made by an older version becomes owner-only
+        except BaseException:
+            self._release()
+            raise
         self._closed = False
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
@@ -87,6 +97,8 @@ class Broker(KeyedOperations):
         self._wake_at_ms = 0
         self._tick_lock = threading.Lock()
         self._last_retention_ms = 0
+        self._last_flush_ms = self.clock.now_ms()
+        self._async_flush = self.config.flush_disk_type == "async"
         self.sent = {"immediate": 0, "level": 0, "timer": 0}
         self.cancelled = 0
         try:
@@ -107,7 +119,7 @@ class Broker(KeyedOperations):
 
     # -- data dir ---------------------------------------------------------------------------
     def _lock_data_dir(self) -> int:
-        fd = os.open(self.path / "broker.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path / "broker.lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -131,14 +143,15 @@ class Broker(KeyedOperations):
                                   "(its pending messages would be stranded)")
             if stored != "memory":
                 return
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"timer_engine": self.config.timer_engine}))
-        os.replace(tmp, marker)
+        replace_durably(marker, json.dumps({"timer_engine": self.config.timer_engine}).encode())
 
     def _release(self) -> None:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
+        if not getattr(self, "_umask_released", False):
+            self._umask_released = True
+            release_owner_only_umask()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -234,9 +247,23 @@ class Broker(KeyedOperations):
         return self.deliverer.step(now_ms, wait_for_puts=wait)
 
     def _housekeeping(self, now_ms: int) -> None:
+        if self._async_flush and now_ms - self._last_flush_ms >= self.config.flush_interval_ms:
+            self._last_flush_ms = now_ms
+            self.flush()
         if now_ms - self._last_retention_ms >= _RETENTION_EVERY_MS:
             self._last_retention_ms = now_ms
             self.messages.delete_expired(now_ms)
+
+    def flush(self) -> None:
+        """Make everything acknowledged so far survive power loss: the CommitLog, then the
+        timer engine's files (value segments and RocksDB WAL, or the wheel's TimerLog, wheel
+        and checkpoint). Runs every ``flush_interval_ms`` in async mode; in sync mode every
+        write is on disk when it returns already."""
+        self._check_open()
+        self.messages.sync()
+        sync = getattr(self.timer, "sync", None)
+        if sync is not None:
+            sync()
 
     def start(self) -> "Broker":
         """Run the services on background threads (the timer loop every timer_precision_ms)."""

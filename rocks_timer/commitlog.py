@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rocks_timer.errors import CorruptRecordError
+from rocks_timer.private import FILE_MODE
 from rocks_timer.fileio import pwrite_all
 from rocks_timer.record import (BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK_LEN, PREFIX,
                                 decode_record, encode_blank)
@@ -57,10 +58,14 @@ class CommitLog:
         self._segments: list[Segment] = []
         self._starts: list[int] = []
         self._lock = threading.Lock()  # guards the segment list, not the bytes
+        self._sync_lock = threading.Lock()  # one fdatasync round at a time
         self.bytes_written = 0
         self.truncated_bytes = 0
+        self.syncs = 0  # fdatasync rounds run by sync_to (async mode's flushes)
         directory.mkdir(parents=True, exist_ok=True)
         self._open_segments()
+        self._synced = 0
+        self.sync_to(self.max_offset)  # what recovery kept may still be in the page cache only
 
     # -- open and recovery ---------------------------------------------------------------
     def _open_segments(self) -> None:
@@ -142,6 +147,10 @@ class CommitLog:
             os.pwrite(tail.fd, encode_blank(blank), tail.written)
             tail.written += blank
             self.bytes_written += blank
+            if self.sync_flush:
+                os.fdatasync(tail.fd)
+                if self._synced == tail.end - blank:
+                    self._synced = tail.end
             self._new_segment(tail.start + self.segment_size)
         return self._segments[-1].end
 
@@ -160,10 +169,13 @@ class CommitLog:
         tail.written += len(data)
         tail.last_store_ms = store_ms
         self.bytes_written += len(data)
+        if self.sync_flush and self._synced == position:
+            self._synced = tail.end
 
     def _new_segment(self, start: int) -> None:
         path = self.directory / f"{start:020d}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        _fsync_dir(self.directory)  # the new name survives a power cut with its first fsync
         with self._lock:
             self._segments.append(Segment(start, path, fd))
             self._starts.append(start)
@@ -232,9 +244,36 @@ class CommitLog:
                 removed += 1
         return removed
 
+    @property
+    def synced_offset(self) -> int:
+        """Every byte before this offset has been fdatasync'd."""
+        return self._synced
+
+    def sync_to(self, offset: int) -> bool:
+        """fdatasync the log up to at least ``offset`` (up to its current end); False when that
+        was on disk already. Called by the deliverer before a timer store forgets what it
+        delivered (async mode) and by the broker's periodic flush."""
+        if offset <= self._synced:
+            return False
+        with self._sync_lock:
+            if offset <= self._synced:
+                return False
+            with self._lock:
+                end = self._max()
+                todo = [s for s in self._segments if s.end > self._synced]
+            for segment in todo:
+                try:
+                    os.fdatasync(segment.fd)
+                except OSError:
+                    if segment in self.segments():
+                        raise
+                    # deleted by retention meanwhile: nothing left to keep
+            self._synced = max(self._synced, end)
+            self.syncs += 1
+            return True
+
     def flush(self) -> None:
-        for segment in self.segments()[-2:]:
-            os.fsync(segment.fd)
+        self.sync_to(self.max_offset)
 
     def close(self) -> None:
         with self._lock:
@@ -242,3 +281,11 @@ class CommitLog:
                 os.close(segment.fd)
             self._segments.clear()
             self._starts.clear()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

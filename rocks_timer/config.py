@@ -60,6 +60,7 @@ class BrokerConfig:
     commitlog_segment_size: int = 64 * MiB
     consume_queue_entries_per_file: int = 300_000
     flush_disk_type: str = "async"
+    flush_interval_ms: int = 500  # async mode: everything acknowledged is fsynced this often
     file_reserved_hours: int = 72
 
     # -- derived values --------------------------------------------------------------------
@@ -134,6 +135,7 @@ class BrokerConfig:
         need(1 <= self.consume_queue_entries_per_file <= 10_000_000,
              "consume_queue_entries_per_file", "1..10000000")
         need(self.flush_disk_type in FLUSH_MODES, "flush_disk_type", ", ".join(FLUSH_MODES))
+        need(1 <= self.flush_interval_ms <= 60_000, "flush_interval_ms", "1..60000 ms")
         need(self.file_reserved_hours >= 1, "file_reserved_hours", ">= 1 hour")
         return self
 
@@ -236,6 +238,7 @@ ROCKETMQ_NAMES: dict[str, tuple[str, Any]] = {
     "mappedFileSizeCommitLog": ("commitlog_segment_size", _convert),
     "mappedFileSizeConsumeQueue": ("consume_queue_entries_per_file", _cq_entries),
     "flushDiskType": ("flush_disk_type", _flush_disk_type),
+    "flushIntervalCommitLog": ("flush_interval_ms", _convert),
     "flushDelayOffsetInterval": ("flush_delay_offset_interval_ms", _convert),
     "scheduleAsyncDeliverMaxResendNum2Blocked":
         ("schedule_async_deliver_max_resend_num2_blocked", _convert),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping
 
 from rocks_timer.delay_levels import DelayLevelTable
+from rocks_timer.private import FILE_MODE
 from rocks_timer.message import DELAY, SCHEDULE_TOPIC
 from rocks_timer.record import java_string_hash
 
@@ -129,7 +130,7 @@ class ConsumeQueue:
     def _fd_for(self, start: int) -> int:
         fd = self._files.get(start)
         if fd is None:
-            fd = os.open(self.directory / f"{start:020d}", os.O_RDWR | os.O_CREAT, 0o644)
+            fd = os.open(self.directory / f"{start:020d}", os.O_RDWR | os.O_CREAT, FILE_MODE)
             self._files[start] = fd
         return fd
 

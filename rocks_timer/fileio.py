@@ -30,3 +30,23 @@ def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     done = 0
     while done < len(view):
         done += os.pwrite(fd, view[done:done + SLICE], offset + done)
+
+
+def replace_durably(path, data: bytes) -> None:
+    """Replace a small state file crash-safely: temp file in the same directory, fsync,
+    ``os.replace``, fsync of the directory (a power cut leaves the old file or the new one)."""
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

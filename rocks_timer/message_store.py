@@ -16,7 +16,7 @@ import threading
 from collections import defaultdict
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from rocks_timer.clock import Clock
 from rocks_timer.commitlog import CommitLog
@@ -111,6 +111,9 @@ class MessageStore:
         self._queued = 0  # puts handed to the writer thread and not yet written
         self._queued_lock = threading.Lock()
         self._closed = False
+        # called with the set of topics a group wrote, after their ConsumeQueues grew (pop long
+        # polling wakes on it); keep listeners quick: they run on the writing thread
+        self.arrival_listeners: list[Callable[[set[str]], None]] = []
         self._writer = threading.Thread(target=self._writer_loop, name="commitlog-writer",
                                         daemon=True)
         self._writer.start()
@@ -276,6 +279,10 @@ class MessageStore:
                                                                   run.first_queue_offset)
                 self._bytes_by_topic[run.key[0]] += run.record_bytes
         meta = batches[0].meta if len(batches) == 1 else b"".join(b.meta for b in batches)
+        if self.arrival_listeners:
+            topics = {run.key[0] for batch in batches for run in batch.queues}
+            for listener in self.arrival_listeners:
+                listener(topics)
         self.groups_written += 1
         self.messages_written += len(messages)
         return PutResults(messages, meta, store_ms)
@@ -345,7 +352,14 @@ class MessageStore:
                 "bytes_by_topic": self.bytes_written_by_topic(),
                 "messages_written": self.messages_written, "groups_written": self.groups_written,
                 "corrupt_reads": self.corrupt_reads,
-                "truncated_bytes": self.commitlog.truncated_bytes}
+                "truncated_bytes": self.commitlog.truncated_bytes,
+                "synced_offset": self.commitlog.synced_offset, "syncs": self.commitlog.syncs}
+
+    def sync(self, offset: int | None = None) -> bool:
+        """fdatasync the CommitLog up to ``offset`` (default: everything written); False when it
+        was on disk already. ConsumeQueues are not synced here: they are rebuilt from the
+        CommitLog on open wherever they lag."""
+        return self.commitlog.sync_to(self.commitlog.max_offset if offset is None else offset)
 
     def flush(self) -> None:
         self.commitlog.flush()

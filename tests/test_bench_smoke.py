@@ -3,6 +3,9 @@ their JSON (so they do not rot). They assert shapes and invariants, never speed.
 from __future__ import annotations
 
 import json
+import os
+
+import pytest
 
 from bench import commitlog as bench_commitlog
 from bench import page_cache as bench_page_cache
@@ -64,3 +67,29 @@ def test_bench_scale_smoke(tmp_path, capsys):
     vlog = rows[1]
     assert vlog["rocks_vlog"] >= vlog["payload_bytes"] > vlog["rocks_wal"]
     assert "| day | vlog |" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_bench_peers_smoke(tmp_path, capsys):
+    """Runs the peer benchmark with tiny counts. Without beanstalkd/redis-server (or their Python
+    clients) it measures rocks-timer alone and names what is missing; under CI=true a missing
+    peer fails the test, since `make test` installs them."""
+    from bench import peers as bench_peers
+    assert bench_peers.main(["--single", "200", "--batch", "500", "--cancel", "100",
+                             "--drain", "300", "--drain-margin", "0.5", "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "peers.json").read_text())
+    out = capsys.readouterr().out
+    rocks = report["systems"]["rocks-timer"]
+    assert all(rocks[f"{k}_per_s"] > 0 for k in ("single", "batch", "cancel", "drain"))
+    assert "| per-call send |" in out
+    missing = report["missing"]
+    if missing:
+        assert all(f"{name}: NOT MEASURED" in out for name in missing)
+        message = "peers missing: " + "; ".join(f"{n}: {r}" for n, r in missing.items())
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    assert set(report["systems"]) == {"rocks-timer", "beanstalkd", "Redis"}
+    assert set(report["ratios"]) == {"beanstalkd", "Redis"}
+    assert all(v > 0 for ratios in report["ratios"].values() for v in ratios.values())
+    assert set(report["targets"]) == {"single >= 2x beanstalkd", "batch >= 2x Redis"}
+    assert "rocks-timer / beanstalkd" in out

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -124,22 +126,47 @@ def test_locked_without_socket_names_the_holder(data):
     assert "RocksDB" not in done.stderr and "LOCK" not in done.stderr
 
 
-def test_follow_prints_messages_as_they_arrive(data):
+def _line_reader(stream) -> "queue.Queue[str]":
+    """Lines of ``stream`` on a queue, so the test waits for each with a deadline."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("inherited", ["default", "sigint-ignored"])
+def test_follow_prints_messages_as_they_arrive(data, inherited):
+    """The follower stops on SIGINT even when it started with SIGINT ignored (a background
+    job of a non-interactive shell: Python then installs no KeyboardInterrupt handler, which
+    is what once made this test time out in a full run)."""
     rtimer(data, "send", "news", "first")
     proc = subprocess.Popen([*RTIMER, "--data-dir", str(data), "consume", "news", "--follow",
                              "--json"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True,
+                            preexec_fn=_ignore_sigint if inherited == "sigint-ignored" else None)
+    lines = _line_reader(proc.stdout)
     try:
-        assert json.loads(proc.stdout.readline())["body"] == "first"
-        deadline = time.monotonic() + 10
-        while not (data / "rtimer.sock").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert json.loads(lines.get(timeout=60))["body"] == "first"
+        assert (data / "rtimer.sock").exists()  # it serves the socket before it prints
         rtimer(data, "send", "news", "second", "--delay", "200ms")  # served by the follower
-        assert json.loads(proc.stdout.readline())["body"] == "second"
+        assert json.loads(lines.get(timeout=60))["body"] == "second"
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
-    assert proc.returncode == 0
+        try:
+            err = proc.communicate(timeout=30)[1]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
     assert not (data / "rtimer.sock").exists()
 
 

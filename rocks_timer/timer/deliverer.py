@@ -50,6 +50,9 @@ class Deliverer:
         self.delivered = 0
         self.failed_puts = 0
         self.last_lateness_ms = 0
+        # True for an engine whose ``complete`` durably deletes (RocksDB); the wheel forgets at
+        # its checkpoint, which syncs the CommitLog first; the memory store forgets everything
+        self._forgets_on_complete = getattr(store, "forgets_on_complete", True)
 
     # -- restart reconciliation ----------------------------------------------------------
     def reconcile(self) -> int:
@@ -151,6 +154,10 @@ class Deliverer:
                 put.future, put.retry_at_ms = None, now_ms + backoff
                 put.attempts += 1
         if landed:
+            if end is not None and self._forgets_on_complete:
+                # DESIGN §5: a store never forgets a message before its delivered copy is on
+                # disk (a no-op in sync mode, where every group was fdatasync'd as written)
+                self.messages.sync(end)
             self.store.complete(landed, end)
             self._puts = deque(p for p in self._puts if id(p) not in finished)
             self.delivered += len(landed)

@@ -24,6 +24,7 @@ class MemoryTimerStore:
 
     name = "memory"
     exactly_once = True
+    forgets_on_complete = False  # nothing it holds survives a restart anyway
 
     def __init__(self) -> None:
         self._records: dict[bytes, TimerRecord] = {}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rocks_timer.errors import ConfigError, CorruptRecordError
+from rocks_timer.private import FILE_MODE
 from rocks_timer.timer.wheel.layouts import Checkpoint
 
 
@@ -18,7 +19,7 @@ def write_atomically(path: Path, data: bytes) -> int:
     """Replace ``path`` with ``data`` (temp file, fsync, rename, fsync dir); returns len(data)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         os.write(fd, data)
         os.fsync(fd)

@@ -64,6 +64,7 @@ class WheelTimerStore:
 
     name = "wheel"
     exactly_once = False
+    forgets_on_complete = False  # the checkpoint forgets; it syncs the CommitLog first
 
     def __init__(self, root: Path, message_store, config: BrokerConfig, *,
                  clock: Clock | None = None,
@@ -230,14 +231,21 @@ class WheelTimerStore:
                 self._last_cleanup_ms = now_ms
                 self.timerlog.delete_expired(self.message_store.min_offset)
 
+    def sync(self) -> None:
+        """Make everything enqueued so far survive power loss (the broker's periodic flush)."""
+        self.flush()
+
     def flush(self, now_ms: int | None = None) -> None:
         with self._lock:
             self._check_open()
             self._flush_locked(self.clock.now_ms() if now_ms is None else now_ms)
 
     def _flush_locked(self, now_ms: int) -> None:
-        """TimerLog, then wheel pages, then the checkpoint that points into both."""
+        """CommitLog (the timer topic and the delivered copies), TimerLog, then wheel pages,
+        then the checkpoint that points into all three: the checkpoint never moves past a
+        message whose delivered or rolled copy is not on disk yet (DESIGN §5)."""
         st = self.state
+        self.message_store.sync()
         flush_pos = self.timerlog.flush()
         self.wheel.flush()
         self._version += 1

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rocks_timer.errors import ConfigError, CorruptRecordError, StoreClosedError
+from rocks_timer.private import FILE_MODE
 from rocks_timer.timer.wheel.layouts import (BLANK, BLANK_MAGIC, MIN_BLANK_LEN, UNIT, UNIT_SIZE,
                                              Unit, is_magic_ok)
 
@@ -58,7 +59,7 @@ class TimerLog:
     # -- bookkeeping --------------------------------------------------------------------------
     def _add_segment(self, start: int, written: int = 0) -> _Segment:
         path = self.directory / f"{start:020d}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
         segment = _Segment(start, path, fd, written)
         self._segments.append(segment)
         self._starts.append(start)

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from rocks_timer.errors import ConfigError, StoreClosedError
+from rocks_timer.private import FILE_MODE
 from rocks_timer.timer.wheel.layouts import BLANK_SLOT, LONG_MAX, SLOT, SLOT_SIZE, Slot
 
 IGNORE = -2
@@ -37,7 +38,7 @@ class TimerWheel:
                 f"timer wheel {self.path} is {self.path.stat().st_size} bytes; this configuration "
                 f"(precision {precision_ms} ms, {slots_total} slots) needs {self.file_size} bytes"
             )
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
         if not exists:
             os.ftruncate(self._fd, self.file_size)  # sparse: holes read as zero
         self._mm = mmap.mmap(self._fd, self.file_size, access=mmap.ACCESS_WRITE)

@@ -1,0 +1,159 @@
+"""Peer benchmark: rocks-timer against the delay queues a Python user would pick instead, in one run.
+
+    python -m bench.peers [--single 20000] [--batch 100000] [--cancel 20000] [--drain 100000]
+
+The peers are Debian's packages, started by this program on 127.0.0.1 (a free port, data in a
+scratch directory on a real disk, stopped at the end):
+
+- beanstalkd with its binlog on (``-b <dir> -f 1000``: fsync at most every second), through
+  greenstalk;
+- Redis with a sorted set of due times plus one string per payload, AOF on with
+  ``appendfsync everysec`` (RDB snapshots off), through redis-py.
+
+Every system gets the same 1 KiB bodies, the same counts, and these phases (inputs prepared
+before the clock starts, the garbage collector settled, as in the other benchmarks):
+
+1. per-call send: one message per call, due in an hour (rocks-timer with its deliverer running);
+2. batch send: 100 messages per call;
+3. cancel: the first ``--cancel`` messages of phase 1, one call each; every one must be cancelled;
+4. drain: ``--drain`` messages all due at the same moment, then the time from that moment (for
+   beanstalkd, whose delays are whole seconds, from the moment it holds them all ready) until one
+   consumer has taken them all: rocks-timer until all are readable on their topic.
+
+A peer whose binary or client is missing is named and skipped; the others are measured.
+Results: bench/results/peers.json; a markdown table with the ratios rocks-timer / peer is printed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from bench.common import median, scratch_dir, settled_gc, write_result
+from bench.peers_clients import (BATCH, BODY_BYTES, SYSTEMS, VERSION_COMMANDS, bodies,
+                                 missing_reason, now_ms, version)
+
+FIGURES = {"single": "per-call send", "batch": f"batch send ({BATCH} per call)",
+           "cancel": "cancel", "drain": "drain (all due at once)"}
+TARGETS = (("single", "beanstalkd", 2.0), ("batch", "Redis", 2.0))
+
+
+def timed(step, *args) -> tuple[float, object]:
+    with settled_gc():
+        start = time.perf_counter()
+        out = step(*args)
+        return time.perf_counter() - start, out
+
+
+def measure(system_cls, data: Path, pool: list[bytes], args) -> dict:
+    """One system through the four phases; rates in messages per second."""
+    with system_cls(data, pool) as system:
+        single_s, handles = timed(system.send_single, system.prepare(args.single, "s"))
+        batch_s, _ = timed(system.send_batches, system.prepare(args.batch, "b"))
+        victims = handles[:args.cancel]
+        cancel_s, cancelled = timed(system.cancel, victims)
+        if cancelled != len(victims):
+            raise RuntimeError(f"{system.name}: {cancelled} of {len(victims)} cancelled")
+        items = system.prepare(args.drain, "d")
+        margin_ms = int(1000 * (args.drain_margin if args.drain_margin is not None
+                                else 1 + 3 * args.drain * batch_s / args.batch))
+        due_ms = now_ms() + margin_ms
+        system.load_due(items, due_ms)
+        loaded_ms = now_ms()
+        if loaded_ms >= due_ms:
+            raise RuntimeError(f"{system.name}: loading the drain set ended after its due "
+                               f"time; raise --drain-margin")
+        time.sleep((due_ms - now_ms()) / 1000 + 0.005)
+        system.wait_due(args.drain)
+        drain_s, _ = timed(system.drain, args.drain)
+    return {"single_per_s": args.single / single_s, "batch_per_s": args.batch / batch_s,
+            "cancel_per_s": len(victims) / cancel_s, "drain_per_s": args.drain / drain_s,
+            "drain_s": drain_s, "drain_wait_ms": due_ms - loaded_ms}
+
+
+def summarise(runs: list[dict]) -> dict:
+    keys = runs[0].keys()
+    out = {k: round(median([r[k] for r in runs]), 3 if k == "drain_s" else 0) for k in keys}
+    out["runs"] = len(runs)
+    return out
+
+
+def table(systems: dict, peers: list[str], args) -> list[str]:
+    head = ["figure"] + list(systems) + [f"rocks-timer / {p}" for p in peers]
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    for key, label in FIGURES.items():
+        if key == "drain":
+            label = f"drain {args.drain:,} due at once"
+        cells = [label]
+        for s in systems.values():
+            cell = f"{s[key + '_per_s']:,.0f}/s"
+            cells.append(cell + (f" ({s['drain_s']:.2f} s)" if key == "drain" else ""))
+        rocks = systems["rocks-timer"][key + "_per_s"]
+        cells += [f"{rocks / systems[p][key + '_per_s']:.2f}x" for p in peers]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--single", type=int, default=20_000, help="messages sent one per call")
+    parser.add_argument("--batch", type=int, default=100_000, help=f"messages sent {BATCH} per call")
+    parser.add_argument("--cancel", type=int, default=20_000,
+                        help="messages cancelled (at most --single)")
+    parser.add_argument("--drain", type=int, default=100_000, help="messages due at once")
+    parser.add_argument("--drain-margin", type=float, default=None,
+                        help="seconds between the start of the drain load and its due time "
+                             "(default: 1 + 3x the measured batch-send time of that many)")
+    parser.add_argument("--runs", type=int, default=1,
+                        help="rounds (systems in a rotating order); figures are medians")
+    parser.add_argument("--results-dir", type=Path, default=None,
+                        help="where the JSON goes (default bench/results)")
+    args = parser.parse_args(argv)
+    for name in ("single", "batch", "cancel", "drain", "runs"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    if args.batch % BATCH:
+        parser.error(f"--batch must be a multiple of {BATCH}")
+    args.cancel = min(args.cancel, args.single)
+
+    missing = {}
+    for name, (_cls, needs) in SYSTEMS.items():
+        reason = needs and missing_reason(*needs)
+        if reason:
+            missing[name] = reason
+            print(f"{name}: NOT MEASURED: {reason}; measuring the others.")
+    present = [name for name in SYSTEMS if name not in missing]
+    pool = bodies()
+    runs: dict[str, list[dict]] = {name: [] for name in present}
+    for run in range(args.runs):
+        order = present[run % len(present):] + present[:run % len(present)]
+        for name in order:
+            slug = name.lower().replace("-", "")
+            with scratch_dir(prefix=f"peers-{slug}-") as data:
+                runs[name].append(measure(SYSTEMS[name][0], data, pool, args))
+    systems = {name: summarise(runs[name]) for name in present}
+    peers = [p for p in present if p != "rocks-timer"]
+    ratios = {p: {k: round(systems["rocks-timer"][k + "_per_s"] / systems[p][k + "_per_s"], 3)
+                  for k in FIGURES} for p in peers}
+    targets = {f"{key} >= {x:g}x {peer}": (ratios[peer][key] >= x if peer in ratios else None)
+               for key, peer, x in TARGETS}
+    result = {
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "body_bytes": BODY_BYTES,
+        "versions": {p: version(VERSION_COMMANDS[p]) for p in peers},
+        "missing": missing,
+        "methods": {name: SYSTEMS[name][0].methods for name in present},
+        "systems": systems, "ratios": ratios, "targets": targets}
+    path = write_result("peers", result, args.results_dir)
+    print("\n".join(table(systems, peers, args)))
+    for label, met in targets.items():
+        state = "not measured (peer missing)" if met is None else ("met" if met else "NOT met")
+        print(f"target {label}: {state}")
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

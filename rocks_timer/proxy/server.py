@@ -1,0 +1,149 @@
+"""``GrpcFront``: runs the RocketMQ 5 gRPC service for one open Broker on its own thread.
+
+The server is ``grpc.aio`` on a private event loop (one thread; Telemetry streams and long polls
+are cheap coroutines there), with the blocking broker calls on a small thread pool. It is bounded
+like every other way in (DESIGN §15): concurrent RPCs, request size (twice the maximum body plus
+room for properties; a body over the broker's maximum is answered MESSAGE_BODY_TOO_LARGE), idle
+connections, and every argument's range in the handlers. ``SO_REUSEPORT`` is off, so a second
+broker asking for a port in use fails instead of silently sharing it.
+"""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from rocks_timer.errors import ConfigError
+from rocks_timer.pop import PopService
+from rocks_timer.proxy import metrics_sink
+from rocks_timer.proxy.protocol import pb, service_pb2_grpc
+
+import grpc  # after protocol, which says which extra to install when it is missing
+from rocks_timer.proxy.service import MessagingService
+
+log = logging.getLogger(__name__)
+DEFAULT_LISTEN = "127.0.0.1:8081"
+MAX_CONCURRENT_RPCS = 1_000
+IDLE_CONNECTION_MS = 600_000
+START_TIMEOUT_S = 30.0
+
+
+def parse_listen(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) → (host, port); ``off`` → None."""
+    text = (text or "").strip()
+    if text.lower() == "off":
+        return None
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--grpc-listen {text!r} must be HOST:PORT (port 0..65535, 0 = any "
+                          "free port) or 'off'")
+    return host, int(port)
+
+
+def _endpoints(host: str, port: int) -> "pb.Endpoints":
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    try:
+        scheme = pb.IPv6 if ipaddress.ip_address(host).version == 6 else pb.IPv4
+    except ValueError:
+        scheme = pb.DOMAIN_NAME
+    endpoints = pb.Endpoints(scheme=scheme)
+    endpoints.addresses.add(host=host, port=port)
+    return endpoints
+
+
+class GrpcFront:
+    """Serves ``apache.rocketmq.v2.MessagingService`` for ``broker`` on ``host:port``."""
+
+    def __init__(self, broker, host: str, port: int, *, workers: int = 8):
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.workers = workers
+        self.pop: PopService | None = None
+        self.service: MessagingService | None = None
+        self.sink = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def start(self) -> "GrpcFront":
+        """Bind and serve; returns once the port is bound (``port`` then holds the real one)."""
+        self.pop = PopService(self.broker)
+        self._thread = threading.Thread(target=self._run, name="grpc-front", daemon=True)
+        self._thread.start()
+        if not self._started.wait(START_TIMEOUT_S):
+            raise ConfigError(f"gRPC front did not start on {self.address} in time")
+        if self._error is not None:
+            self.pop.close()
+            raise ConfigError(f"gRPC front cannot listen on {self.address}: {self._error}")
+        return self
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - reported to start() or logged
+            if not self._started.is_set():
+                self._error = exc
+                self._started.set()
+            else:
+                log.exception("gRPC front stopped with an error")
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        limit = 2 * self.broker.config.max_message_size + (1 << 20)
+        server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", limit),
+                     ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS)],
+            maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="grpc-broker") as executor:
+            try:
+                bound = server.add_insecure_port(self.address)
+            except RuntimeError as exc:
+                raise ConfigError(str(exc)) from None
+            if not bound:
+                raise ConfigError("the port is in use or the address is not local")
+            self.port = bound
+            self.sink = metrics_sink.add_to_server(server)
+            self.service = MessagingService(self.broker, self.pop, executor,
+                                            _endpoints(self.host, bound),
+                                            metrics=self.sink is not None)
+            service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+            await server.start()
+            self._started.set()
+            await self._stop.wait()
+            await server.stop(grace=1.0)
+
+    def stop(self) -> None:
+        """Stop serving (streams in progress get a second to finish) and release the port."""
+        if self._loop is not None and self._stop is not None and self._thread is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:
+                pass  # the loop already ended
+            self._thread.join(10)
+        if self.pop is not None:
+            self.pop.close()
+
+    def stats(self) -> dict:
+        figures = self.pop.stats() if self.pop is not None else {}
+        if self.service is not None:
+            figures["duplicate_sends"] = self.service.recent.duplicates
+        return figures
+
+    def __enter__(self) -> "GrpcFront":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,269 @@
+"""``MessagingService``: the ``apache.rocketmq.v2.MessagingService`` handlers over one Broker.
+
+Every handler answers a RocketMQ status and never lets an exception reach gRPC (which would be
+an UNKNOWN error the clients do not map). Blocking broker calls run on a small thread pool;
+long polls wait on an asyncio event that the CommitLog writer sets when a message lands on a
+watched topic, and end before the client's deadline.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from concurrent.futures import Executor
+from typing import Any, Callable
+
+from rocks_timer.pop import DEFAULT_MAX_ATTEMPTS, PopService
+from rocks_timer.proxy import convert, settings as settings_mod
+from rocks_timer.proxy.dedup import RecentSends
+from rocks_timer.proxy.protocol import Code, pb, service_pb2_grpc, svc
+from rocks_timer.proxy.status import ProxyError, from_exception, ok, status
+from rocks_timer.timer.handles import Handle
+
+log = logging.getLogger(__name__)
+DEFAULT_INVISIBLE_MS = 60_000       # auto-renewing (push) consumers do not give one
+MAX_LONG_POLL_MS = 60_000
+DEADLINE_MARGIN_S = 0.5             # a long poll ends this long before the client gives up
+MAX_BATCH = 1024
+
+
+def answers(response: Callable[..., Any], handle_code: int = Code.INVALID_RECEIPT_HANDLE):
+    """Turn any exception of a unary handler into ``response(status=...)``."""
+    def wrap(handler):
+        @functools.wraps(handler)
+        async def run(self, request, context):
+            try:
+                return await handler(self, request, context)
+            except Exception as exc:  # noqa: BLE001 - every failure is a RocketMQ status
+                return response(status=from_exception(exc, handle_code))
+        return run
+    return wrap
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    """The RPCs of the RocketMQ proxy protocol that rocks-timer serves."""
+
+    def __init__(self, broker, pop: PopService, executor: Executor, endpoints: "pb.Endpoints",
+                 queue_count: int = 1, metrics: bool = False):
+        self.broker = broker
+        self.pop = pop
+        self.executor = executor
+        self.endpoints = endpoints
+        self.queue_count = queue_count
+        self.metrics = metrics  # the broker takes client metrics (see metrics_sink)
+        self.host = endpoints.addresses[0].host if endpoints.addresses else ""
+        self.recent = RecentSends()
+        self.max_attempts: dict[str, int] = {}
+
+    async def _call(self, fn, *args, **kwargs):
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+
+    # -- routes, settings, heartbeats ----------------------------------------------------------
+    def _endpoints(self, request_endpoints: "pb.Endpoints") -> "pb.Endpoints":
+        return request_endpoints if request_endpoints.addresses else self.endpoints
+
+    def _queue(self, topic: "pb.Resource", queue_id: int, endpoints) -> "pb.MessageQueue":
+        queue = pb.MessageQueue(id=queue_id, permission=pb.READ_WRITE,
+                                accept_message_types=[pb.NORMAL, pb.FIFO, pb.DELAY,
+                                                      pb.TRANSACTION])
+        queue.topic.CopyFrom(topic)
+        queue.broker.name = "rtimer"
+        queue.broker.id = 0
+        queue.broker.endpoints.CopyFrom(endpoints)
+        return queue
+
+    @answers(svc.QueryRouteResponse)
+    async def QueryRoute(self, request, context):
+        convert.topic_name(request.topic)
+        endpoints = self._endpoints(request.endpoints)
+        return svc.QueryRouteResponse(status=ok(), message_queues=[
+            self._queue(request.topic, i, endpoints) for i in range(self.queue_count)])
+
+    @answers(svc.QueryAssignmentResponse)
+    async def QueryAssignment(self, request, context):
+        convert.topic_name(request.topic)
+        convert.group_name(request.group)
+        queue = self._queue(request.topic, 0, self._endpoints(request.endpoints))
+        return svc.QueryAssignmentResponse(status=ok(),
+                                           assignments=[pb.Assignment(message_queue=queue)])
+
+    @answers(svc.HeartbeatResponse)
+    async def Heartbeat(self, request, context):
+        if request.HasField("group"):
+            convert.group_name(request.group)
+        return svc.HeartbeatResponse(status=ok())
+
+    @answers(svc.NotifyClientTerminationResponse)
+    async def NotifyClientTermination(self, request, context):
+        return svc.NotifyClientTerminationResponse(status=ok())
+
+    async def Telemetry(self, request_iterator, context):
+        """Answer each settings command with the server's settings; other commands (thread
+        dumps, verify results) need no answer. The stream stays open until the client ends it."""
+        async for command in request_iterator:
+            if not command.HasField("settings"):
+                continue
+            try:
+                reply = settings_mod.reply(command.settings, self.broker.config,
+                                           self.endpoints if self.metrics else None)
+                group = command.settings.subscription.group.name
+                if group:
+                    self.max_attempts[group] = reply.backoff_policy.max_attempts
+                yield svc.TelemetryCommand(status=ok(), settings=reply)
+            except Exception as exc:  # noqa: BLE001 - a bad command never ends the stream
+                yield svc.TelemetryCommand(status=from_exception(exc))
+
+    # -- producing -------------------------------------------------------------------------------
+    @answers(svc.SendMessageResponse)
+    async def SendMessage(self, request, context):
+        if not request.messages:
+            raise ProxyError(Code.BAD_REQUEST, "SendMessage carries no message")
+        if len(request.messages) > MAX_BATCH:
+            raise ProxyError(Code.BAD_REQUEST, f"more than {MAX_BATCH} messages in one send")
+        max_body = self.broker.config.max_message_size
+        messages = [convert.from_proto(m, max_body) for m in request.messages]
+        results = await self.recent.send(messages, self._store)
+        entries = []
+        for msg, result in zip(messages, results):
+            entries.append(svc.SendResultEntry(
+                status=ok(), message_id=convert.client_id(msg), offset=0,
+                recall_handle=result.handle or ""))
+        return svc.SendMessageResponse(status=ok(), entries=entries)
+
+    async def _store(self, messages):
+        return await self._call(self.broker.send_batch, messages)
+
+    @answers(svc.RecallMessageResponse)
+    async def RecallMessage(self, request, context):
+        topic = convert.topic_name(request.topic)
+        try:
+            handle = Handle.decode(request.recall_handle)
+        except ValueError as exc:
+            raise ProxyError(Code.BAD_REQUEST, f"recall handle is malformed: {exc}") from None
+        if handle.topic != topic:
+            raise ProxyError(Code.BAD_REQUEST, f"recall handle belongs to topic {handle.topic!r}"
+                             f", not {topic!r}")
+        if not await self._call(self.broker.cancel, request.recall_handle):
+            raise ProxyError(Code.NOT_FOUND, "nothing to recall: the message was delivered, "
+                             "is being delivered, or was recalled already")
+        return svc.RecallMessageResponse(status=ok(), message_id="01" + handle.msg_id)
+
+    @answers(svc.EndTransactionResponse)
+    async def EndTransaction(self, request, context):
+        raise ProxyError(Code.UNSUPPORTED, "transactions are not supported by rocks-timer")
+
+    # -- consuming -------------------------------------------------------------------------------
+    async def ReceiveMessage(self, request, context):
+        try:
+            messages, wait_status = await self._receive(request, context)
+        except Exception as exc:  # noqa: BLE001 - every failure is a RocketMQ status
+            yield svc.ReceiveMessageResponse(status=from_exception(exc))
+            return
+        if not messages:
+            yield svc.ReceiveMessageResponse(status=wait_status)
+            return
+        yield svc.ReceiveMessageResponse(status=ok())
+        namespace = request.group.resource_namespace
+        for popped in messages:
+            yield svc.ReceiveMessageResponse(
+                message=convert.to_proto(popped, namespace, self.host))
+        # the push consumer measures its receive latency from this (and fails without it)
+        yield svc.ReceiveMessageResponse(
+            delivery_timestamp=convert.timestamp(self.broker.clock.now_ms()))
+
+    async def _receive(self, request, context):
+        group = convert.group_name(request.group)
+        topic = convert.topic_name(request.message_queue.topic)
+        tags = settings_mod.tag_filter(request.filter_expression)
+        batch = request.batch_size or 32
+        if not 1 <= batch <= MAX_BATCH:
+            raise ProxyError(Code.BAD_REQUEST, f"batch_size {batch} is outside 1..{MAX_BATCH}")
+        invisible_ms = _duration_ms(request.invisible_duration) if request.HasField(
+            "invisible_duration") else DEFAULT_INVISIBLE_MS
+        self.pop.check_invisible(invisible_ms)
+        poll_ms = min(_duration_ms(request.long_polling_timeout), MAX_LONG_POLL_MS)
+        remaining = context.time_remaining()
+        if remaining is not None:
+            poll_ms = max(0, min(poll_ms, int((remaining - DEADLINE_MARGIN_S) * 1000)))
+        max_attempts = self.max_attempts.get(group, DEFAULT_MAX_ATTEMPTS)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + poll_ms / 1000
+        arrived = asyncio.Event()
+        token = self.pop.watch(self.pop.watched_topics(group, topic),
+                               lambda: loop.call_soon_threadsafe(arrived.set))
+        try:
+            while True:
+                arrived.clear()
+                found = await self._call(self.pop.pop, group, topic, batch, invisible_ms, tags,
+                                         max_attempts)
+                left = deadline - loop.time()
+                if found or left <= 0:
+                    return found, status(Code.MESSAGE_NOT_FOUND, "no new message")
+                try:
+                    await asyncio.wait_for(arrived.wait(), left)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self.pop.unwatch(token)
+
+    @answers(svc.AckMessageResponse)
+    async def AckMessage(self, request, context):
+        group = convert.group_name(request.group)
+        topic = convert.topic_name(request.topic)
+        if not request.entries:
+            raise ProxyError(Code.BAD_REQUEST, "AckMessage carries no entry")
+        entries, failed = [], None
+        for entry in request.entries:
+            try:
+                await self._call(self.pop.ack, group, topic, entry.receipt_handle)
+                result = ok()
+            except Exception as exc:  # noqa: BLE001 - reported per entry and at the top
+                result = from_exception(exc)
+                failed = failed or result
+            entries.append(svc.AckMessageResultEntry(message_id=entry.message_id,
+                                                     receipt_handle=entry.receipt_handle,
+                                                     status=result))
+        return svc.AckMessageResponse(status=failed or ok(), entries=entries)
+
+    @answers(svc.ChangeInvisibleDurationResponse)
+    async def ChangeInvisibleDuration(self, request, context):
+        group = convert.group_name(request.group)
+        topic = convert.topic_name(request.topic)
+        handle = await self._call(self.pop.change_invisible, group, topic,
+                                  request.receipt_handle,
+                                  _duration_ms(request.invisible_duration),
+                                  self.max_attempts.get(group, DEFAULT_MAX_ATTEMPTS))
+        return svc.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
+
+    @answers(svc.ForwardMessageToDeadLetterQueueResponse)
+    async def ForwardMessageToDeadLetterQueue(self, request, context):
+        raise ProxyError(Code.NOT_IMPLEMENTED, "forwarding to the dead-letter queue is done by "
+                         "the broker when a message runs out of attempts")
+
+    async def PullMessage(self, request, context):
+        yield svc.PullMessageResponse(status=status(Code.NOT_IMPLEMENTED,
+                                                    "PullMessage is not supported"))
+
+    @answers(svc.UpdateOffsetResponse)
+    async def UpdateOffset(self, request, context):
+        raise ProxyError(Code.NOT_IMPLEMENTED, "UpdateOffset is not supported")
+
+    @answers(svc.GetOffsetResponse)
+    async def GetOffset(self, request, context):
+        raise ProxyError(Code.NOT_IMPLEMENTED, "GetOffset is not supported")
+
+    @answers(svc.QueryOffsetResponse)
+    async def QueryOffset(self, request, context):
+        raise ProxyError(Code.NOT_IMPLEMENTED, "QueryOffset is not supported")
+
+    @answers(svc.SyncLiteSubscriptionResponse)
+    async def SyncLiteSubscription(self, request, context):
+        raise ProxyError(Code.UNSUPPORTED, "lite topics are not supported by rocks-timer")
+
+
+def _duration_ms(duration) -> int:
+    return max(0, duration.seconds * 1000 + duration.nanos // 1_000_000)
+
+
+__all__ = ["MessagingService"]
