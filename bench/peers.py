@@ -26,6 +26,7 @@ Results: bench/results/peers.json; a markdown table with the ratios rocks-timer 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -75,7 +76,7 @@ def measure(system_cls, data: Path, pool: list[bytes], args) -> dict:
 def summarise(runs: list[dict]) -> dict:
     keys = runs[0].keys()
     out = {k: round(median([r[k] for r in runs]), 3 if k == "drain_s" else 0) for k in keys}
-    out["runs"] = len(runs)
+    out["rounds"] = [{k: round(r[k], 3) for k in keys} for r in runs]
     return out
 
 
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-margin", type=float, default=None,
                         help="seconds between the start of the drain load and its due time "
                              "(default: 1 + 3x the measured batch-send time of that many)")
-    parser.add_argument("--runs", type=int, default=1,
+    parser.add_argument("--runs", type=int, default=3,
                         help="rounds (systems in a rotating order); figures are medians")
     parser.add_argument("--results-dir", type=Path, default=None,
                         help="where the JSON goes (default bench/results)")
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: NOT MEASURED: {reason}; measuring the others.")
     present = [name for name in SYSTEMS if name not in missing]
     pool = bodies()
+    load_before = os.getloadavg()
     runs: dict[str, list[dict]] = {name: [] for name in present}
     for run in range(args.runs):
         order = present[run % len(present):] + present[:run % len(present)]
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "args": {k: str(v) for k, v in vars(args).items()},
         "body_bytes": BODY_BYTES,
+        "loadavg_before_after": [list(load_before), list(os.getloadavg())],
         "versions": {p: version(VERSION_COMMANDS[p]) for p in peers},
         "missing": missing,
         "methods": {name: SYSTEMS[name][0].methods for name in present},

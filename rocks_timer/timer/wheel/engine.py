@@ -306,6 +306,17 @@ class WheelTimerStore:
             backlog = 0 if self._closed else self._enqueue.backlog()
             return max(0, wheel + expired + backlog)
 
+    def check(self) -> dict:
+        """Read-only walk of the TimerLog for ``Broker.check``: corrupt units are problems
+        (they were skipped, and their messages are found through their slot's other units)."""
+        with self._lock:
+            self._check_open()
+            units = sum(1 for _ in self.timerlog.scan_units(self.timerlog.min_offset))
+            problems = [f"timerlog: {length} corrupt bytes at offset {offset} skipped"
+                        for offset, length in sorted(self.timerlog.damage.items())]
+        return {"engine": self.name, "pending": self.pending_count(), "timerlog_units": units,
+                "corrupt_units": self.timerlog.corrupt_units, "problems": problems}
+
     def stats(self) -> StoreStats:
         with self._lock:
             st = self.state
