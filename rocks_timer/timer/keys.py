@@ -47,6 +47,9 @@ META_RECONCILE_OFFSET = b"reconcile.offset"  # u64: CommitLog offset reconciled 
 META_PENDING = b"count.pending"  # u64: exact number of keys in ``timer``
 META_CORRUPT = b"count.corrupt"  # u64: values moved to the quarantine column family
 META_LAYOUT = b"format.layout"  # "inline" or "vlog"; absent on stores made before vlog: inline
+# vlog: "universal" (the index's own universal compaction) or "profile" (the index follows
+# rocksdb_profile); absent on vlog stores made before it: "profile"
+META_INDEX_COMPACTION = b"format.index_compaction"
 # vlog layout (rocks_timer.timer.rocksdb.vlog): one liveness row per value segment, and counters
 META_VLOG_SEGMENT_PREFIX = b"vlog.seg."  # + u32 big-endian segment id
 META_VLOG_NEXT_ID = b"vlog.next_id"  # u64

@@ -54,6 +54,7 @@ class DueRecord:
     handle: str
     size: int = 0
     token: Any = None  # engine-private (raw key bytes, wheel unit position, ...)
+    copy: Any = None  # the CommitLog copy, once built (rocks_timer.timer.delivery)
 
 
 @dataclass(frozen=True, slots=True)

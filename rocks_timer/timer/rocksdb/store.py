@@ -48,6 +48,7 @@ from rocks_timer.timer.rocksdb import reclaim
 from rocks_timer.timer.rocksdb.vlog import ValueLog
 from rocks_timer.timer.handles import decode_handle
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
+from rocks_timer.timer.rocksdb.profiles import index_options as profile_index_options
 from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, resume_handle,
                                             scan_start)
 from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats,
@@ -122,6 +123,7 @@ class RocksTimerStore:
         # claimed key -> its index value when that is a vlog pointer (else None)
         self._in_flight: dict[bytes, bytes | None] = {}
         self.layout = state.layout
+        self.index_compaction = state.index_compaction
         self.vlog: ValueLog | None = None
         if self.layout == "vlog":
             self.vlog = ValueLog(path / "vlog", config, self._meta, self._meta_h)
@@ -148,7 +150,9 @@ class RocksTimerStore:
         refuse_damaged(path)
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         db_options = build_options(config.rocksdb_profile)
-        index_options = build_options(config.rocksdb_profile)
+        index_style = rocks_meta.index_compaction(path, config.rocksdb_layout,
+                                                  config.vlog_index_compaction, META_CF)
+        index_options = profile_index_options(config.rocksdb_profile, index_style)
         families = {TIMER_CF: index_options,
                     META_CF: Options(raw_mode=True), CORRUPT_CF: Options(raw_mode=True)}
         try:
@@ -164,7 +168,8 @@ class RocksTimerStore:
                                          f"{REPAIR_HINT}", where=str(path)) from None
             raise ConfigError(f"cannot open timer store {path}: {text}") from None
         try:
-            state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout)
+            state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
+                                    index_style)
             return cls(path, config, db, db_options, state, reclaim_after_deletes)
         except BaseException:
             db.close()
