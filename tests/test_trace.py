@@ -119,8 +119,8 @@ def run_trace(engine: str, path, seed: int, steps: int = 400, big_bodies: bool =
         timer = broker.timer
         if hasattr(timer, "wait_for_maintenance"):
             timer.wait_for_maintenance()
-        if hasattr(timer, "check"):
-            assert timer.check()["problems"] == []
+        report = broker.check()  # the engine's check and the CommitLog/queue/offset walk
+        assert report.ok, report.problems
     finally:
         broker.close()
     return delivered, cancels, scans, due, replayed, keyed_log
