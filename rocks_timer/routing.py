@@ -114,6 +114,13 @@ def route(msg: Message, *, now_ms: int, config: BrokerConfig, delay_level: int |
     :func:`_route_common`; anything it does not vouch for, errors included, goes through
     :func:`route_reference`, so both give the same routes and the same errors."""
     if delay_level is None and deliver_at is None and (delay_ms is None or deliver_at_ms is None):
+        if _native_route is not None:
+            routed = _native_route(msg, now_ms, delay_ms, deliver_at_ms, config.max_message_size,
+                                   config.max_delay_ms, MAX_PROPERTIES_SIZE, _valid_topics,
+                                   _FORBIDDEN, Message,
+                                   new_msg_id)
+            if routed is not None:
+                return Route(*routed)
         fast = _route_common(msg, now_ms, config, delay_ms, deliver_at_ms)
         if fast is not None:
             return fast
@@ -121,9 +128,15 @@ def route(msg: Message, *, now_ms: int, config: BrokerConfig, delay_level: int |
                            delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, deliver_at=deliver_at)
 
 
+try:  # the same in C (rocks_timer/_native/routing.c), when it was built
+    from rocks_timer._native.codec import route_common as _native_route
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native_route = None
+
 _valid_topics: set[str] = set()  # topics validate_topic accepted (a cache, bounded below)
 _VALID_TOPICS_MAX = 4096
 _SCHEDULE_NAMES = frozenset(TIMER_PROPERTIES) | {DELAY}
+_FORBIDDEN = _SCHEDULE_NAMES | BROKER_OWNED_PROPERTIES  # names the common send never carries
 
 
 def _route_common(msg: Message, now_ms: int, config: BrokerConfig, delay_ms: int | None,

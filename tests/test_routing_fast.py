@@ -94,3 +94,39 @@ def test_uncommon_sends_fall_back_to_the_reference(schedule):
     msg = Message("orders", b"x")
     assert outcome(routing.route, msg, schedule)[0] == outcome(routing.route_reference, msg,
                                                                schedule)[0]
+
+
+@pytest.mark.skipif(routing._native_route is None, reason="no C extension built")
+@settings(max_examples=400, deadline=None)
+@given(messages(), schedules)
+def test_native_route_equals_the_python_fast_path(msg, schedule):
+    """Where the C router answers, it answers as ``_route_common`` does (ids aside)."""
+    if msg is None or set(schedule) - {"delay_ms", "deliver_at_ms"}:
+        return
+    routing._valid_topics.clear()
+    python = routing._route_common(msg, NOW, CONFIG, schedule.get("delay_ms"),
+                                   schedule.get("deliver_at_ms"))  # also fills the topic cache
+    native = routing._native_route(msg, NOW, schedule.get("delay_ms"),
+                                   schedule.get("deliver_at_ms"), CONFIG.max_message_size,
+                                   CONFIG.max_delay_ms, routing.MAX_PROPERTIES_SIZE,
+                                   routing._valid_topics, routing._FORBIDDEN, Message,
+                                   routing.new_msg_id)
+    if native is None:
+        return
+    assert python is not None
+    got = routing.Route(*native)
+    generated = msg.msg_id is None
+    as_outcome = (lambda r: (r.kind, r.due_ms, r.level, r.message, r.message.encoded_properties,
+                             encode_properties_py(r.message.properties), r.message.msg_id,
+                             r.message.tags, r.message.keys, r.message.born_ms))
+    assert strip_ids(as_outcome(got), generated) == strip_ids(as_outcome(python), generated)
+
+
+def test_the_native_router_answers_the_common_send():
+    if routing._native_route is None:
+        pytest.skip("no C extension built")
+    routing._valid_topics.add("orders")
+    routed = routing._native_route(Message("orders", b"x"), NOW, 5000, None, 64, 10 ** 9, 32767,
+                                   routing._valid_topics, routing._FORBIDDEN, Message,
+                                   routing.new_msg_id)
+    assert routed is not None and routed[0] == "timer" and routed[2] == NOW + 5000

@@ -40,6 +40,9 @@ PyObject *vlog_frame(PyObject *self, PyObject *args);
 PyObject *vlog_read(PyObject *self, PyObject *args);
 /* delivery.c */
 PyObject *delivery_copies(PyObject *self, PyObject *args);
+/* routing.c */
+int routing_init(void);
+PyObject *route_common(PyObject *self, PyObject *args);
 /* timer.c */
 void timer_init(void);
 PyObject *encode_schedule(PyObject *self, PyObject *args);
