@@ -24,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.send_paths import bench_send_paths
 from bench.common import median, peak_rss_mb, percentile, scratch_dir, settled_gc, write_result
 from rocks_timer import Broker, BrokerConfig, ManualClock, Message, SystemClock
 from rocks_timer.message_store import MessageStore
@@ -68,14 +69,7 @@ def bench_send(n: int, runs: int) -> dict:
             "store_msgs_per_s": round(n / median(store_t)),
             "raw_msgs_per_s": round(n / median(raw_t)),
             "store_vs_raw": round(median(raw_t) / median(store_t), 3)}
-    with scratch_dir(prefix="broker-send-") as d:
-        broker = Broker.open(d, BrokerConfig(), clock=ManualClock(T0))
-        msgs = [r.message.copy() for r in recs]
-        start = time.perf_counter()
-        for i in range(0, n, 100):
-            broker.send_batch(msgs[i:i + 100], deliver_at_ms=T0 + 60_000)
-        out["broker_send_batch100_msgs_per_s"] = round(n / (time.perf_counter() - start))
-        broker.close()
+    out["paths"] = bench_send_paths([r.message for r in recs], runs)
     return out
 
 
@@ -267,7 +261,12 @@ def main(argv: list[str] | None = None) -> int:
     for batch in ("batch1", "batch100"):
         print(f"| send {batch}: store / raw WriteBatch | {s[batch]['store_msgs_per_s']:,} / "
               f"{s[batch]['raw_msgs_per_s']:,} msg/s ({s[batch]['store_vs_raw']:.0%}) | >= 50% |")
-    print(f"| Broker.send_batch(100) end to end | {s['broker_send_batch100_msgs_per_s']:,} msg/s | |")
+    p = s["paths"]
+    for batch, label in ((1, "Broker.send"), (100, "Broker.send_batch(100)")):
+        for what in ("broker", "broker+deliverer"):
+            print(f"| {label}{' (deliverer running)' if '+' in what else ''} / store schedule"
+                  f"({batch}) | {p[f'{what}_batch{batch}']:,} / {p[f'store_batch{batch}']:,} "
+                  f"msg/s ({p[f'{what}_vs_store_batch{batch}']:.0%}) | >= 60% |")
     print(f"| deliver into CommitLog / CommitLog append | {dl['deliver_msgs_per_s']:,} / "
           f"{dl['commitlog_append_msgs_per_s']:,} msg/s ({dl['deliver_vs_append']:.0%}) | |")
     print(f"| vlog / inline, same run: schedule(100) | {ly['vlog']['send_msgs_per_s']:,} / "

@@ -19,6 +19,7 @@ from rocks_timer.errors import ConfigError
 TIMER_ENGINES = ("rocksdb", "wheel", "memory")
 FLUSH_MODES = ("async", "sync")
 ROCKSDB_LAYOUTS = ("inline", "vlog")
+VLOG_INDEX_COMPACTIONS = ("universal", "profile")
 MiB = 1 << 20
 DAY_MS = 86_400_000
 
@@ -49,6 +50,8 @@ class BrokerConfig:
     vlog_reclaim_age_sec: int = 0  # A: relocate a sealed segment older than this (0: off)
     vlog_reclaim_min_pinned_sec: int = 21_600  # never relocate a segment that empties sooner
     vlog_prefetch_ms: int = 2_000  # hint the kernel to read bodies due this soon
+    # a new vlog store's index: universal compaction, or rocksdb_profile's (docs/COMPACTION.md)
+    vlog_index_compaction: str = "universal"
     # legacy delay levels
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     enable_schedule_async_deliver: bool = False
@@ -121,6 +124,8 @@ class BrokerConfig:
         need(self.vlog_reclaim_age_sec >= 0, "vlog_reclaim_age_sec", ">= 0 s (0: off)")
         need(self.vlog_reclaim_min_pinned_sec >= 0, "vlog_reclaim_min_pinned_sec", ">= 0 s")
         need(0 <= self.vlog_prefetch_ms <= 3_600_000, "vlog_prefetch_ms", "0..3600000 ms")
+        need(self.vlog_index_compaction in VLOG_INDEX_COMPACTIONS, "vlog_index_compaction",
+             ", ".join(VLOG_INDEX_COMPACTIONS))
         self.delay_levels  # raises ConfigError naming the bad element
         need(self.schedule_async_deliver_max_pending_limit >= 1,
              "schedule_async_deliver_max_pending_limit", ">= 1")

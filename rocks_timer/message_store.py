@@ -23,13 +23,13 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 from rocks_timer.clock import Clock
 from rocks_timer.commitlog import CommitLog
 from rocks_timer.config import BrokerConfig
-from rocks_timer.batch_encoder import META, encode_batch, prepare_batch
+from rocks_timer.batch_encoder import META, encode_batch, prepare_batch, record_size_of
 from rocks_timer.consumequeue import ConsumeQueue, ConsumeQueueSet, tags_code
 from rocks_timer.cq_recovery import rebuild_consume_queues
 from rocks_timer.errors import (CorruptRecordError, InvalidMessageError, PutFailedError,
                                 RocksTimerError, StoreClosedError)
 from rocks_timer.message import Message, new_msg_id
-from rocks_timer.record import MAX_STORED_PROPERTIES, decode_record, message_record_size
+from rocks_timer.record import MAX_STORED_PROPERTIES, decode_record, prepared_identity
 
 log = logging.getLogger(__name__)
 _GROUP_MAX_MESSAGES = 4096
@@ -80,8 +80,8 @@ class PutResults(Sequence):
         i = self._start + index
         queue_offset, position, size, queue_id = META.unpack_from(self._meta, i * META.size)
         msg = self._messages[i]
-        return PutResult(msg.msg_id, msg.topic, queue_id, queue_offset, position, size,
-                         self._store_ms)
+        msg_id, topic = prepared_identity(msg) if type(msg) is bytes else (msg.msg_id, msg.topic)
+        return PutResult(msg_id, topic, queue_id, queue_offset, position, size, self._store_ms)
 
     @property
     def end_offset(self) -> int:
@@ -176,6 +176,8 @@ class MessageStore:
                                           MAX_STORED_PROPERTIES)
         if not clean:
             for i, msg in enumerate(messages):
+                if type(msg) is bytes:  # a prepared record, checked when it was prepared
+                    continue
                 self._check(msg)  # raises, naming the value and the limit
                 if msg.msg_id is None:
                     messages[i] = msg.with_properties({"UNIQ_KEY": new_msg_id()})
@@ -266,11 +268,11 @@ class MessageStore:
 
         commitlog, assigned, batches, i = self.commitlog, {}, [], 0
         while i < len(messages):
-            start = commitlog.position_for(message_record_size(messages[i]))
+            start = commitlog.position_for(record_size_of(messages[i]))
             batch = encode_batch(messages, i, start, commitlog.segment_limit(), store_ms,
                                  assigned, self._queue_offset, schedule_tags)
             if batch.count == 0:
-                raise ValueError(f"a record of {message_record_size(messages[i])} bytes does "
+                raise ValueError(f"a record of {record_size_of(messages[i])} bytes does "
                                  f"not fit in a CommitLog segment of {commitlog.segment_size}")
             commitlog.write(start, batch.data, store_ms)
             batches.append(batch)

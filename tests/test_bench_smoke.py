@@ -91,6 +91,18 @@ def test_bench_peers_smoke(tmp_path, capsys):
         pytest.skip(message)
     assert set(report["systems"]) == {"rocks-timer", "beanstalkd", "Redis"}
     assert set(report["ratios"]) == {"beanstalkd", "Redis"}
-    assert all(v > 0 for ratios in report["ratios"].values() for v in ratios.values())
+    for ratios in report["ratios"].values():
+        for key in ("single", "batch", "cancel", "drain"):
+            low, high = ratios[key + "_range"]
+            assert 0 < low <= ratios[key] <= high
     assert set(report["targets"]) == {"single >= 2x beanstalkd", "batch >= 2x Redis"}
     assert "rocks-timer / beanstalkd" in out
+
+
+def test_bench_reopen_smoke(tmp_path, capsys):
+    from bench import reopen as bench_reopen
+    assert bench_reopen.main(["--messages", "2000", "--runs", "1", "--data",
+                              str(tmp_path / "data"), "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "reopen.json").read_text())
+    assert report["messages"] == 2000 and len(report["open_s"]) == 1
+    assert "open over 2000 messages" in capsys.readouterr().out

@@ -142,7 +142,7 @@ def decode_value(key: bytes, raw: bytes) -> Message:
     if flags & FLAG_LZ4:
         try:
             body = lz4.block.decompress(body, uncompressed_size=body_len)
-        except (lz4.block.LZ4BlockError, ValueError) as exc:
+        except (lz4.block.LZ4BlockError, ValueError, OverflowError) as exc:
             raise _corrupt(key, raw, f"lz4 body does not decompress ({exc})") from None
         if len(body) != body_len:
             raise _corrupt(key, raw, f"lz4 body gave {len(body)} bytes, expected {body_len}")
