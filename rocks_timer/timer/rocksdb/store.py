@@ -30,6 +30,7 @@ Pending counter: exact, persisted in ``meta`` in the same WriteBatch as every ch
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -171,9 +172,13 @@ class RocksTimerStore:
             state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
                                     index_style)
             return cls(path, config, db, db_options, state, reclaim_after_deletes)
-        except BaseException:
-            db.close()
-            raise
+        except BaseException as exc:
+            # the failed constructor's frames hold column family handles, which keep the LOCK
+            # after close: drop them first, or every later open says "in use"
+            error = exc.with_traceback(None)
+        gc.collect()
+        db.close()
+        raise error
 
     def close(self) -> None:
         """Flush and release the DB (idempotent). Handles are dropped first: a live column
