@@ -174,3 +174,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "send": send, "scan": scan, "cancel": cancel, "consume": consume, "stats": stats,
     "compact": compact, "check": check,
 }
+
+from cli import ops_keys  # noqa: E402 - it imports check_topic and SCAN_PAGE from here
+
+OPS.update(ops_keys.OPS)

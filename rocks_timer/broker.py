@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rocks_timer import datadir
+from rocks_timer.broker_keys import KeyedOperations
 from rocks_timer.check import CheckReport, check_broker
 from rocks_timer.clock import Clock, ManualClock, SystemClock
 from rocks_timer.config import BrokerConfig
@@ -72,8 +73,9 @@ def _open_level_service(root: Path, config: BrokerConfig, messages: MessageStore
     return service
 
 
-class Broker:
-    """One data directory, one process: send, scan, cancel, pull, stats, tick/start/stop."""
+class Broker(KeyedOperations):
+    """One data directory, one process: send, scan, cancel, pull, stats, tick/start/stop;
+    find / cancel / reschedule by key and the due histogram come from ``KeyedOperations``."""
 
     def __init__(self, path: Path | str, config: BrokerConfig | None = None,
                  clock: Clock | None = None):
@@ -363,10 +365,12 @@ class Broker:
             "sent": dict(self.sent),
             "delivered": self.deliverer.delivered,
             "cancelled": self.cancelled,
+            "rescheduled": self.rescheduled,
             "in_flight": self.deliverer.in_flight,
             "failed_puts": self.deliverer.failed_puts,
             "lag_ms": lag_ms,
             "timer": timer,
+            "due": self.due_histogram(),
             "commitlog": self.messages.stats(),
             "levels": self.levels.stats() if self.levels is not None else None,
             "clamped_consumer_offsets": list(self.clamped_offsets),

@@ -43,6 +43,11 @@ class TimerFlowControlError(RocksTimerError):
     WHEEL_TIMER_FLOW_CONTROL, ``timer_congest_num_each_slot``); nothing was stored."""
 
 
+class UnsupportedOperationError(RocksTimerError):
+    """An operation the configured timer engine cannot do exactly (for instance find or
+    reschedule on the file wheel, which keeps no index by key); nothing was changed."""
+
+
 class PutFailedError(RocksTimerError):
     """A CommitLog put that did not land; callers retry it."""
 

@@ -15,6 +15,8 @@ from rocks_timer.errors import CorruptRecordError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.handles import encode_handle
 from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb import keyindex
+from rocks_timer.timer.rocksdb.keyindex import IndexChanges
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.layout import commit_removed, stage_removed
@@ -151,8 +153,13 @@ def quarantine(store: "RocksTimerStore", corrupt: list[tuple[bytes, bytes, Corru
     count = store._corrupt_count + len(corrupt)
     batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), store._meta_h)
     batch.put(K.META_CORRUPT, rocks_meta.pack_u64(count), store._meta_h)
+    changes = IndexChanges()  # its KEYS cannot be read: its index entries dangle (keyindex)
+    for raw, _, _ in corrupt:
+        changes.removed(raw)
     new = stage_removed(store, [value for _, value, _ in corrupt], batch, lost=True)
+    new_counts = keyindex.stage(store, changes, batch)
     store._write(batch)
     commit_removed(store, new)
+    keyindex.commit(store, changes, new_counts)
     store._pending, store._corrupt_count = pending, count
     store._deletes_since_reclaim += len(corrupt)
