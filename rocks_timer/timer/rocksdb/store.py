@@ -30,6 +30,7 @@ Pending counter: exact, persisted in ``meta`` in the same WriteBatch as every ch
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -177,9 +178,16 @@ class RocksTimerStore:
             state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
                                     index_style)
             store = cls(path, config, db, db_options, state, reclaim_after_deletes)
-        except BaseException:
+        except BaseException as exc:
+            # the failed constructor's frames hold column family handles, which keep the LOCK
+            # after close: drop them first, or every later open says "in use"
+            error = exc.with_traceback(None)
+        else:
+            error = None
+        if error is not None:
+            gc.collect()
             db.close()
-            raise
+            raise error
         try:
             keyindex.ensure_built(store)
         except BaseException:
