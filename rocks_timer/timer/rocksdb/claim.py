@@ -25,7 +25,7 @@ from rocks_timer.timer.delivery import delivery_copy_py
 from rocks_timer.timer.rocksdb import segments as S
 from rocks_timer.timer.rocksdb.claim_codec import claim_batch
 from rocks_timer.timer.store import DueRecord, TimerKey
-from rocks_timer.timer.values import decode_value
+from rocks_timer.timer.values import decode_value, peek_keys
 
 if TYPE_CHECKING:
     from rocks_timer.timer.rocksdb.store import RocksTimerStore
@@ -108,6 +108,12 @@ class ClaimedRecord(DueRecord):
         if self._message is None:
             self._message = decode_value(self.token, self._value)
         return self._message
+
+    def message_keys(self) -> tuple[str, ...]:
+        """Its distinct KEYS (``keyindex.message_keys``), read without decoding the message."""
+        keys = self._message.keys if self._message is not None else \
+            peek_keys(self.token, self._value)
+        return tuple(dict.fromkeys(keys)) if len(keys) > 1 else keys
 
     @property
     def handle(self) -> str:
