@@ -268,7 +268,10 @@ def _drive(cell: _Cell, workload: str, precision_ms: int) -> bool:
         for _ in range(MAX_TICKS_SAME_TIME):
             moved = cell.tick(now)
             done = cell.delivered()
-            if done >= expected or not moved:
+            # the wheel's rolls are deliveries into its timer topic that ``delivered`` does not
+            # count: it keeps ticking while they move, or a month cell in one store got one
+            # deliverer batch of rolls per 600 s step and fell behind CommitLog retention
+            if not moved or (done >= expected and cell.engine != "wheel"):
                 break
         sending = cell.next_send < cell.count
         if not sending and done >= len(cell.dues):

@@ -14,6 +14,8 @@ from rocks_timer.errors import InvalidArgumentError
 
 SEND_MAX_COUNT = 100_000
 SCAN_MAX_LIMIT = 1_000_000
+FIND_MAX_LIMIT = 1_000_000
+DUE_MAX_DAYS = 400  # rocks_timer.timer.histogram.MAX_DAYS
 CONSUME_MAX_MESSAGES = 10_000
 MAX_QUEUE_ID = 1023
 CANCEL_MAX_HANDLES = 10_000
@@ -40,6 +42,15 @@ ARGUMENTS: dict[str, dict[str, tuple[str, int | None, int | None, bool]]] = {
                 "deliver": (_BOOL, None, None, False)},
     "stats": {},
     "compact": {},
+    "check": {},
+    "find": {"topic": (_TEXT, None, None, False), "key": (_TEXT, None, None, False),
+             "limit": (_INT, 0, FIND_MAX_LIMIT, False)},
+    "cancel_by_key": {"topic": (_TEXT, None, None, False), "key": (_TEXT, None, None, False)},
+    "reschedule": {"handles": ("text-list", 0, CANCEL_MAX_HANDLES, True),
+                   "topic": (_TEXT, None, None, True), "key": (_TEXT, None, None, True),
+                   "deliver_at_ms": (_INT, 0, MAX_EPOCH_MS, True),
+                   "delay_ms": (_INT, 0, MAX_EPOCH_MS, True)},
+    "due": {"first_day_ms": (_INT, 0, MAX_EPOCH_MS, True), "days": (_INT, 0, DUE_MAX_DAYS, False)},
 }
 
 

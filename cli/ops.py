@@ -15,7 +15,7 @@ from rocks_timer.message import is_system_topic
 from rocks_timer.timer.handles import TOPIC_PATTERN, decode_handle
 
 from cli import bounds
-from cli.offsets import ConsumerOffsets
+from cli.offsets import ConsumerOffsets, check_group
 
 SCAN_PAGE = 1_000
 STATS_PENDING_LIMIT = 200_000  # entries walked to count pending per topic
@@ -96,20 +96,27 @@ def deliver_due(broker: Broker) -> int:
 
 def consume(broker: Broker, data_dir: Path, *, topic: str, group: str, queue_id: int = 0,
             max_messages: int = 32, deliver: bool = False) -> dict[str, Any]:
-    """Pull from the group's remembered offset and remember the next one."""
+    """Pull from the group's remembered offset and remember the next one. An offset beyond
+    the queue's end is clamped to it and reported (``clamped_from``)."""
     check_topic(topic)
+    check_group(group)
     if deliver:
         deliver_due(broker)
     offsets = ConsumerOffsets(data_dir)
-    offset = offsets.get(topic, group, queue_id)
+    offset = stored = offsets.get(topic, group, queue_id)
     queue = broker.messages.consume_queue(topic, queue_id)
     if queue is not None and offset < queue.min_offset:
         offset = queue.min_offset  # the oldest messages expired with their CommitLog segment
-    messages = broker.pull(topic, queue_id, offset, max_messages)
-    next_offset = messages[-1].queue_offset + 1 if messages else offset
+    end = queue.max_offset if queue is not None else 0
+    if offset > end:
+        offset = end
+    messages, next_offset = broker.messages.pull_page(topic, queue_id, offset, max_messages)
     offsets.commit(topic, group, queue_id, next_offset)
-    return {"topic": topic, "group": group, "queue_id": queue_id, "offset": offset,
-            "next_offset": next_offset, "messages": [message_dict(m) for m in messages]}
+    result = {"topic": topic, "group": group, "queue_id": queue_id, "offset": offset,
+              "next_offset": next_offset, "messages": [message_dict(m) for m in messages]}
+    if stored > end:
+        result["clamped_from"] = stored
+    return result
 
 
 def stats(broker: Broker, data_dir: Path) -> dict[str, Any]:
@@ -133,12 +140,14 @@ def stats(broker: Broker, data_dir: Path) -> dict[str, Any]:
               if not is_system_topic(q.topic)}
     figures["topics"] = {f"{topic}/{qid}": {"min_offset": q.min_offset, "max_offset": q.max_offset}
                          for (topic, qid), q in sorted(queues.items())}
-    figures["consumer_lag"] = [
-        {"group": group, "topic": topic, "queue_id": qid, "next_offset": offset,
-         "max_offset": queues[(topic, qid)].max_offset if (topic, qid) in queues else 0,
-         "lag": max(0, (queues[(topic, qid)].max_offset if (topic, qid) in queues else 0)
-                    - offset)}
-        for (topic, group, qid), offset in sorted(ConsumerOffsets(data_dir).table().items())]
+    figures["consumer_lag"] = []
+    for (topic, group, qid), offset in sorted(ConsumerOffsets(data_dir).table().items()):
+        end = queues[(topic, qid)].max_offset if (topic, qid) in queues else 0
+        row = {"group": group, "topic": topic, "queue_id": qid, "next_offset": offset,
+               "max_offset": end, "lag": max(0, end - offset)}
+        if offset > end:
+            row["beyond_end"] = True  # clamped by the next consume (and by the next open)
+        figures["consumer_lag"].append(row)
     return figures
 
 
@@ -157,10 +166,19 @@ def compact(broker: Broker, data_dir: Path) -> dict[str, Any]:
     return result
 
 
+def check(broker: Broker, data_dir: Path) -> dict[str, Any]:
+    """``Broker.check()``: the invariant walk's report (read-only)."""
+    return broker.check().as_dict()
+
+
 OPS: dict[str, Callable[..., Any]] = {
     "send": send, "scan": scan, "cancel": cancel, "consume": consume, "stats": stats,
-    "compact": compact,
+    "compact": compact, "check": check,
 }
+
+from cli import ops_keys  # noqa: E402 - it imports check_topic and SCAN_PAGE from here
+
+OPS.update(ops_keys.OPS)
 
 
 def run(name: str, broker: Broker, data_dir: Path, args: dict[str, Any]) -> Any:

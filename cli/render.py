@@ -51,6 +51,39 @@ def cancelled(results: list[dict[str, Any]]) -> None:
         click.echo(f"{r['handle']}: {outcome}")
 
 
+def cancelled_by_key(result: dict[str, Any]) -> None:
+    n = result["cancelled"]
+    click.echo(f"cancelled {n} pending message{'s' if n != 1 else ''} of {result['topic']} "
+               f"with key {result['key']}")
+    for handle in result["handles"]:
+        click.echo(f"  {handle}")
+
+
+def rescheduled(results: list[dict[str, Any]]) -> None:
+    if not results:
+        click.echo("no pending message with that key")
+        return
+    outcome = {"in_flight": "being delivered: not changed",
+               "not_found": "not found, delivered or cancelled: not changed"}
+    table(("msg_id", "status", "due", "new handle"),
+          ((r["msg_id"], outcome.get(r["status"], r["status"]),
+            format_ms(r["deliver_at_ms"]) if r["deliver_at_ms"] is not None else None,
+            r["handle"]) for r in results))
+
+
+def due(document: dict[str, Any]) -> None:
+    """The due histogram: buckets from now, then one line per UTC day."""
+    click.echo(f"{document['pending']} pending ({document['engine']}; by {document['basis']}), "
+               f"counted from {format_ms(document['from_ms'])}")
+    labels = {"now": "due now", "minute": "next minute", "hour": "next hour",
+              "day": "next day", "week": "next week", "later": "later"}
+    table(("due", "pending"), ((labels[name], count)
+                               for name, count in document["buckets"].items()))
+    if document["days"]:
+        click.echo("")
+        table(("day (UTC)", "pending"), ((d["day"], d["count"]) for d in document["days"]))
+
+
 def body_text(message: dict[str, Any]) -> str:
     if "body_base64" in message:
         return f"(binary, base64) {message['body_base64']}"
@@ -85,7 +118,9 @@ def stats(figures: dict[str, Any]) -> None:
     lines += [("stored", f"{name:<24} offsets {q['min_offset']}..{q['max_offset']}")
               for name, q in figures["topics"].items()]
     lines += [("consumer", f"{c['group']} on {c['topic']}/{c['queue_id']}: next "
-                           f"{c['next_offset']} of {c['max_offset']}, lag {c['lag']}")
+                           f"{c['next_offset']} of {c['max_offset']}, lag {c['lag']}"
+                           + (" (BEYOND THE END: clamped on next consume)"
+                              if c.get("beyond_end") else ""))
               for c in figures["consumer_lag"]]
     sent_counts = figures["sent"]
     level_delivered = (figures.get("levels") or {}).get("delivered", 0)
@@ -127,6 +162,14 @@ def stats(figures: dict[str, Any]) -> None:
     lines.append(("commitlog", f"{size(log['max_offset'] - log['min_offset'])} held, offsets "
                                f"{log['min_offset']}..{log['max_offset']}, "
                                f"{log['segments']} segment(s)"))
+    damage = [*log.get("corrupt_regions", []), *log.get("recovery", {}).get("problems", []),
+              *(f"commitlog segment {name} is short" for name in log.get("short_segments", [])),
+              *figures.get("clamped_consumer_offsets", [])]
+    if log.get("truncated_bytes"):
+        damage.insert(0, f"recovery cut a torn commitlog tail of {log['truncated_bytes']} bytes")
+    lines += [("DAMAGED", line) for line in damage[:20]]
+    if damage:
+        lines.append(("", "run `rtimer check` for the full invariant walk"))
     for label, text in lines:
         click.echo(f"{label:<13} {text}".rstrip())
 
@@ -144,3 +187,22 @@ def compacted(result: dict[str, Any]) -> None:
         click.echo(f"vlog: relocated {vlog['relocated_records']} records from "
                    f"{vlog['segments']} sparse segment(s), released "
                    f"{size(vlog['released_bytes'])}")
+
+
+def check(report: dict[str, Any]) -> None:
+    """``rtimer check``: what was walked, then each problem."""
+    timer = report.get("timer", {})
+    pending = timer.get("pending", timer.get("live_keys", "?"))
+    click.echo(f"checked {report['commitlog_records']} commitlog records, "
+               f"{report['consume_queue_entries']} consume queue entries in "
+               f"{report['queues']} queue(s), {pending} pending timer messages")
+    if report["ok"]:
+        click.echo("ok: every invariant holds")
+        return
+    more = report.get("more_problems", 0)
+    total = len(report["problems"]) + more
+    click.echo(f"{total} problem(s):")
+    for problem in report["problems"]:
+        click.echo(f"  {problem}")
+    if more:
+        click.echo(f"  ... and {more} more")

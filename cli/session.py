@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from rocks_timer import Broker, BrokerConfig
+from rocks_timer import Broker, BrokerConfig, datadir
 from rocks_timer.errors import StoreLockedError
 
 from cli import ops
@@ -33,18 +33,12 @@ class Settings:
     engine: str | None
 
     def config(self) -> BrokerConfig:
-        config = BrokerConfig.load(self.config_file) if self.config_file else BrokerConfig()
-        engine = self.engine or (None if self.config_file else self.stored_engine())
-        return config.replace(timer_engine=engine) if engine else config
-
-    def stored_engine(self) -> str | None:
-        """The engine a data dir was created with (so ``--engine`` need not be repeated)."""
-        try:
-            stored = json.loads((self.data_dir / "config" / "engine.json").read_text())
-        except (OSError, ValueError):
-            return None
-        engine = stored.get("timer_engine") if isinstance(stored, dict) else None
-        return engine if engine in ENGINES and engine != "memory" else None
+        """The ``--config`` file and ``--engine``; every format setting they leave unsaid
+        (the engine included) is the one the data dir was created with."""
+        values = BrokerConfig.read_values(self.config_file) if self.config_file else {}
+        if self.engine:
+            values["timer_engine"] = self.engine
+        return datadir.adopt(self.data_dir, BrokerConfig.from_mapping(values), values)
 
     def require_data_dir(self) -> None:
         """Read commands never create a data dir."""

@@ -184,6 +184,8 @@ class DelayOffsetFile:
             except FileNotFoundError:
                 problems.append(f"{candidate.name} missing")
                 continue
+            except PermissionError:
+                raise  # not damage: falling back would restart every level from its queue's start
             except (OSError, UnicodeDecodeError) as exc:
                 problems.append(f"{candidate.name} unreadable: {exc}")
                 self._set_aside(candidate)

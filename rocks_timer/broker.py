@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
-import json
 import logging
 import os
 import threading
@@ -17,10 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from rocks_timer import datadir
+from rocks_timer.broker_keys import KeyedOperations
+from rocks_timer.check import CheckReport, check_broker
 from rocks_timer.clock import Clock, ManualClock, SystemClock
 from rocks_timer.config import BrokerConfig
+from rocks_timer.consumer_offsets import ConsumerOffsets
 from rocks_timer.errors import ConfigError, EngineNotAvailableError, StoreClosedError, StoreLockedError
-from rocks_timer.fileio import replace_durably
 from rocks_timer.message import Message
 from rocks_timer.message_store import MessageStore
 from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, private_dir,
@@ -71,13 +73,14 @@ def _open_level_service(root: Path, config: BrokerConfig, messages: MessageStore
     return service
 
 
-class Broker:
-    """One data directory, one process: send, scan, cancel, pull, stats, tick/start/stop."""
+class Broker(KeyedOperations):
+    """One data directory, one process: send, scan, cancel, pull, stats, tick/start/stop;
+    find / cancel / reschedule by key and the due histogram come from ``KeyedOperations``."""
 
     def __init__(self, path: Path | str, config: BrokerConfig | None = None,
                  clock: Clock | None = None):
         self.path = Path(path)
-        self.config = (config or BrokerConfig()).validate()
+        self.config = (config or datadir.adopt(path, BrokerConfig())).validate()
         self.clock = clock or SystemClock()
         hold_owner_only_umask()  # RocksDB's own files get 0600 too (rocks_timer.private)
         self._lock_fd: int | None = None
@@ -100,13 +103,17 @@ class Broker:
         self.sent = {"immediate": 0, "level": 0, "timer": 0}
         self.cancelled = 0
         try:
-            self._check_engine_marker()
+            stored_format = datadir.check(self.path, self.config)
             self.messages = MessageStore.open(self.path, self.config, self.clock)
             self.timer = _open_timer_store(self.path, self.config, self.messages)
             self.deliverer = Deliverer(self.timer, self.messages, self.config, self.clock)
             self.deliverer.reconcile()
             self.levels = _open_level_service(self.path, self.config, self.messages, self.clock)
+            datadir.record(self.path, self.config, stored_format)
+            self.consumer_offsets = ConsumerOffsets(self.path)
+            self.clamped_offsets = self.consumer_offsets.clamp(self.max_offset)
         except BaseException:
+            self._close_opened()
             self._release()
             raise
 
@@ -129,19 +136,15 @@ class Broker:
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
 
-    def _check_engine_marker(self) -> None:
-        marker = self.path / "config" / "engine.json"
-        marker.parent.mkdir(exist_ok=True)
-        if marker.exists():
-            stored = json.loads(marker.read_text()).get("timer_engine")
-            if stored != self.config.timer_engine and not (
-                    stored == "memory" or self.config.timer_engine == "memory"):
-                raise ConfigError(f"data dir {self.path} was created with timer_engine={stored!r}"
-                                  f"; it cannot be opened with {self.config.timer_engine!r} "
-                                  "(its pending messages would be stranded)")
-            if stored != "memory":
-                return
-        replace_durably(marker, json.dumps({"timer_engine": self.config.timer_engine}).encode())
+    def _close_opened(self) -> None:
+        """A failed open closes what it had opened (threads, files, RocksDB locks)."""
+        for part in ("levels", "timer", "messages"):
+            opened = self.__dict__.get(part)
+            if opened is not None:
+                try:
+                    opened.close()
+                except Exception:  # noqa: BLE001 - the open's own error is the one to raise
+                    log.exception("closing %s after a failed open", part)
 
     def _release(self) -> None:
         if self._lock_fd is not None:
@@ -167,29 +170,38 @@ class Broker:
         """Validate every message first (nothing is stored if one is bad), then store: timer
         messages in one atomic batch of the engine, the others through one group commit."""
         self._check_open()
-        now_ms = self.clock.now_ms()
-        routes = [route(m, now_ms=now_ms, config=self.config, **schedule) for m in messages]
-        if any(r.kind == "level" for r in routes) and self.levels is None:
+        now_ms, config = self.clock.now_ms(), self.config
+        routes = [route(m, now_ms=now_ms, config=config, **schedule) for m in messages]
+        timers: list[int] = []
+        direct: list[int] = []
+        for i, r in enumerate(routes):
+            (timers if r.kind == "timer" else direct).append(i)
+        if direct and self.levels is None and any(routes[i].kind == "level" for i in direct):
             raise EngineNotAvailableError("delay levels are not available in this build")
         results: list[SendResult | None] = [None] * len(routes)
-        timers = [(i, r) for i, r in enumerate(routes) if r.kind == "timer"]
         if timers:
-            scheduled = self.timer.schedule(
-                [TimerRecord(r.due_ms, r.message) for _, r in timers], now_ms)
-            for (i, r), s in zip(timers, scheduled):
-                results[i] = SendResult(r.message.msg_id, s.handle, r.due_ms, r.message.topic,
-                                        r.message.queue_id or 0, self.timer.name)
+            timer = self.timer
+            scheduled = timer.schedule([TimerRecord(routes[i].due_ms, routes[i].message)
+                                        for i in timers], now_ms)
+            name, wake = timer.name, False
+            for i, s in zip(timers, scheduled):
+                r = routes[i]
+                m = r.message
+                results[i] = SendResult(m.msg_id, s.handle, r.due_ms, m.topic, m.queue_id or 0,
+                                        name)
+                wake = wake or s.key_due_ms < self._wake_at_ms
             self.sent["timer"] += len(timers)
-            if min(s.key_due_ms for s in scheduled) < self._wake_at_ms:
+            if wake:
                 self._wake.set()
-        direct = [(i, r) for i, r in enumerate(routes) if r.kind != "timer"]
-        puts = self.messages.put_messages([r.message for _, r in direct]) if direct else []
-        for (i, r), put in zip(direct, puts):
-            due = put.store_ms + (r.due_ms - now_ms) if r.kind == "level" else put.store_ms
-            topic = r.message.properties.get("REAL_TOPIC", r.message.topic)
-            queue_id = int(r.message.properties.get("REAL_QID", put.queue_id))
-            results[i] = SendResult(put.msg_id, None, due, topic, queue_id, r.kind)
-            self.sent[r.kind] += 1
+        if direct:
+            puts = self.messages.put_messages([routes[i].message for i in direct])
+            for i, put in zip(direct, puts):
+                r = routes[i]
+                due = put.store_ms + (r.due_ms - now_ms) if r.kind == "level" else put.store_ms
+                topic = r.message.properties.get("REAL_TOPIC", r.message.topic)
+                queue_id = int(r.message.properties.get("REAL_QID", put.queue_id))
+                results[i] = SendResult(put.msg_id, None, due, topic, queue_id, r.kind)
+                self.sent[r.kind] += 1
         return results  # type: ignore[return-value]
 
     # -- timer queries ------------------------------------------------------------------------
@@ -223,16 +235,15 @@ class Broker:
         """One synchronous step of every service at ``now_ms`` (default: the clock's time).
         Returns how many messages reached their real topic.
 
-        A step never runs ahead of the clock that stamps stored messages: a ``ManualClock``
-        behind ``now_ms`` is moved forward to it; a real clock caps ``now_ms`` at its own time
-        (so a delivered copy's ``store_ms`` is never before its due time)."""
+        A step always runs at the time of the clock that stamps stored messages: a
+        ``ManualClock`` behind ``now_ms`` is moved forward to it; otherwise ``now_ms`` is
+        ignored (a real clock caps it at its own time, so a delivered copy's ``store_ms`` is
+        never before its due time; a ``now_ms`` behind the clock would make the level service
+        take due times ahead of it for a clock jump and deliver them early)."""
         self._check_open()
         now = self.clock.now_ms()
-        if now_ms is not None and now_ms != now:
-            if isinstance(self.clock, ManualClock) and now_ms > now:
-                now = self.clock.set(now_ms)
-            else:
-                now = min(now_ms, now)
+        if now_ms is not None and now_ms > now and isinstance(self.clock, ManualClock):
+            now = self.clock.set(now_ms)
         with self._tick_lock:
             delivered = self._timer_step(now)
             if self.levels is not None:
@@ -335,6 +346,12 @@ class Broker:
         self.close()
 
     # -- stats --------------------------------------------------------------------------------
+    def check(self) -> CheckReport:
+        """A read-only walk of the invariants (``rocks_timer.check``); ``.ok``, ``.problems``."""
+        self._check_open()
+        with self._tick_lock:
+            return check_broker(self)
+
     def stats(self) -> dict[str, Any]:
         self._check_open()
         now = self.clock.now_ms()
@@ -348,12 +365,15 @@ class Broker:
             "sent": dict(self.sent),
             "delivered": self.deliverer.delivered,
             "cancelled": self.cancelled,
+            "rescheduled": self.rescheduled,
             "in_flight": self.deliverer.in_flight,
             "failed_puts": self.deliverer.failed_puts,
             "lag_ms": lag_ms,
             "timer": timer,
+            "due": self.due_histogram(),
             "commitlog": self.messages.stats(),
             "levels": self.levels.stats() if self.levels is not None else None,
+            "clamped_consumer_offsets": list(self.clamped_offsets),
         }
 
 

@@ -2,9 +2,13 @@
 
 Segments are named by the 20-digit CommitLog offset of their first byte and hold
 ``segment_size`` bytes at most; a record never spans two segments (the tail of a segment is
-padded with a blank). On open the newest segment is walked record by record with CRC checks and
-a torn or corrupt tail is truncated, keeping everything before it. Appends come from one writer
-(``MessageStore``'s group-commit thread); reads may come from any thread.
+padded with a blank). On open the newest segment is walked record by record with CRC checks.
+Only a torn tail is truncated: an incomplete last record, or bytes after the last valid record
+with no valid record after them. A bad record followed by valid ones is corruption: it is
+reported (``damage``, counted in ``stats``, logged) and skipped, and the records after it are
+kept. Every walk skips a damaged region the same way, resuming at the next record that checks
+out. Appends come from one writer (``MessageStore``'s group-commit thread); reads may come from
+any thread.
 """
 from __future__ import annotations
 
@@ -14,19 +18,23 @@ import mmap
 import os
 import struct
 import threading
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from rocks_timer.errors import CorruptRecordError
+from rocks_timer.errors import ConfigError, CorruptRecordError
 from rocks_timer.private import FILE_MODE
 from rocks_timer.fileio import pwrite_all
 from rocks_timer.record import (BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK_LEN, PREFIX,
-                                decode_record, encode_blank)
+                                encode_blank)
 
 log = logging.getLogger(__name__)
 _STORE_MS = struct.Struct(">q")
 _STORE_MS_AT = 56
+_CRC = struct.Struct(">I")
+_MAGIC_BYTES = struct.pack(">I", MESSAGE_MAGIC)
+_CRC_FROM = 12
 
 
 @dataclass
@@ -40,6 +48,19 @@ class Segment:
     @property
     def end(self) -> int:
         return self.start + self.written
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    """A region of a segment that holds no valid record but has valid data after it."""
+
+    offset: int   # CommitLog offset of its first byte
+    length: int   # bytes skipped
+    segment: str  # the segment file's name
+
+    def describe(self) -> str:
+        return (f"commitlog segment {self.segment}: {self.length} corrupt bytes at offset "
+                f"{self.offset} skipped (valid records follow)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +82,9 @@ class CommitLog:
         self._sync_lock = threading.Lock()  # one fdatasync round at a time
         self.bytes_written = 0
         self.truncated_bytes = 0
+        self._damage: dict[int, Damage] = {}  # by offset: every walk reports the same region once
+        self.short_segments: list[str] = []   # sealed segments shorter than segment_size
+        self.missing_segments: list[str] = []  # gaps between the first and the last
         self.syncs = 0  # fdatasync rounds run by sync_to (async mode's flushes)
         directory.mkdir(parents=True, exist_ok=True)
         self._open_segments()
@@ -69,32 +93,70 @@ class CommitLog:
 
     # -- open and recovery ---------------------------------------------------------------
     def _open_segments(self) -> None:
-        for path in sorted(p for p in self.directory.iterdir() if p.name.isdigit()):
+        paths = sorted(p for p in self.directory.iterdir() if p.name.isdigit())
+        for path in paths:
+            size = path.stat().st_size
+            start = int(path.name)
+            if start % self.segment_size or size > self.segment_size:
+                raise ConfigError(
+                    f"commitlog segment {path} (start {start}, {size} bytes) does not fit "
+                    f"commitlog_segment_size={self.segment_size}: the data dir was made with "
+                    "another segment size, or the file is damaged")
+        for path in paths:
             fd = os.open(path, os.O_RDWR)
             self._segments.append(Segment(int(path.name), path, fd, os.fstat(fd).st_size))
         self._starts = [s.start for s in self._segments]
+        present = set(self._starts)
+        self.missing_segments = [f"{start:020d}" for start in range(
+            self._starts[0] if self._starts else 0, self._starts[-1] if self._starts else 0,
+            self.segment_size) if start not in present]
+        for name in self.missing_segments:
+            log.error("commitlog segment %s is missing: the records it held are lost", name)
+        for segment in self._segments[:-1]:
+            if segment.written != self.segment_size:
+                self.short_segments.append(segment.path.name)
+                log.error("commitlog segment %s is %d bytes, a sealed segment has %d: the "
+                          "records past its end are lost", segment.path.name, segment.written,
+                          self.segment_size)
         if self._segments:
             self._recover_tail(self._segments[-1])
 
     def _recover_tail(self, segment: Segment) -> None:
+        """Cut a torn tail of the newest segment; report (and keep what follows) a bad record
+        that valid records follow."""
         valid = 0
-        for offset, data in self._walk(segment, check=True):
-            if data is None:  # blank: the segment was full
+        for kind, offset, data in self._scan(segment, check=True):
+            if kind is _BLANK:  # the segment was full
                 valid = segment.written
                 break
-            valid = offset + len(data) - segment.start
-            segment.last_store_ms = _STORE_MS.unpack_from(data, _STORE_MS_AT)[0]
+            if kind is _RECORD:
+                valid = offset + len(data) - segment.start
+                segment.last_store_ms = _STORE_MS.unpack_from(data, _STORE_MS_AT)[0]
+            elif kind is _DAMAGE:
+                valid = offset + data - segment.start
         if valid < segment.written:
             self.truncated_bytes = segment.written - valid
-            log.warning("commitlog %s: truncated a torn or corrupt tail of %d bytes at offset %d",
-                        segment.path.name, self.truncated_bytes, segment.start + valid)
+            log.warning("commitlog %s: truncated a torn tail of %d bytes at offset %d (no valid "
+                        "record after it)", segment.path.name, self.truncated_bytes,
+                        segment.start + valid)
             os.ftruncate(segment.fd, valid)
             segment.written = valid
 
     def _walk(self, segment: Segment, check: bool, from_offset: int | None = None
               ) -> Iterator[tuple[int, bytes | None]]:
         """Records of one segment as (offset, bytes); a blank yields (offset, None) and ends it.
-        Stops silently at the first record that fails its checks."""
+        Damaged regions are skipped (and reported); the walk ends at a torn tail."""
+        for kind, offset, data in self._scan(segment, check, from_offset):
+            if kind is _RECORD:
+                yield offset, data
+            elif kind is _BLANK:
+                yield offset, None
+
+    def _scan(self, segment: Segment, check: bool, from_offset: int | None = None
+              ) -> Iterator[tuple[object, int, object]]:
+        """(kind, offset, payload): _RECORD with the bytes, _BLANK, _DAMAGE with the length
+        skipped. Header checks always; with ``check`` the CRC too (a resync candidate is always
+        CRC-checked, so garbage never passes for a record)."""
         length = segment.written
         if length == 0:
             return
@@ -103,18 +165,31 @@ class CommitLog:
             while pos + MIN_BLANK_LEN <= length:
                 size, magic = PREFIX.unpack_from(view, pos)
                 if magic == BLANK_MAGIC and size >= MIN_BLANK_LEN and pos + size == length:
-                    yield segment.start + pos, None
+                    yield _BLANK, segment.start + pos, None
                     return
-                if magic != MESSAGE_MAGIC or size < FIXED_SIZE or pos + size > length:
-                    return
-                data = view[pos:pos + size]
-                if check:
-                    try:
-                        decode_record(data, segment.start + pos)
-                    except CorruptRecordError:
-                        return
-                yield segment.start + pos, data
-                pos += size
+                ok = magic == MESSAGE_MAGIC and size >= FIXED_SIZE and pos + size <= length
+                if ok and check:
+                    ok = _crc_ok(view, pos, size)
+                if ok:
+                    yield _RECORD, segment.start + pos, view[pos:pos + size]
+                    pos += size
+                    continue
+                nxt = _resync(view, pos + 1, length)
+                if nxt is None:
+                    return  # a torn tail: nothing valid after it
+                yield _DAMAGE, segment.start + pos, nxt - pos
+                self._note_damage(Damage(segment.start + pos, nxt - pos, segment.path.name))
+                pos = nxt
+
+    def _note_damage(self, damage: Damage) -> None:
+        if damage.offset not in self._damage:
+            self._damage[damage.offset] = damage
+            log.error("%s", damage.describe())
+
+    @property
+    def damage(self) -> list[Damage]:
+        """Corrupt regions found so far (on open: in the newest segment; any walk adds more)."""
+        return sorted(self._damage.values(), key=lambda d: d.offset)
 
     # -- offsets -------------------------------------------------------------------------
     @property
@@ -244,6 +319,18 @@ class CommitLog:
                 removed += 1
         return removed
 
+    def iter_verified(self, until: int) -> Iterator[RawRecord]:
+        """Every record below ``until`` whose CRC checks out, in log order (read-only; damaged
+        regions are added to ``damage``). ``Broker.check`` walks this."""
+        for segment in self.segments():
+            if segment.start >= until:
+                break
+            for kind, offset, data in self._scan(segment, check=True):
+                if offset >= until:
+                    break
+                if kind is _RECORD:
+                    yield RawRecord(offset, bytes(data))
+
     @property
     def synced_offset(self) -> int:
         """Every byte before this offset has been fdatasync'd."""
@@ -289,3 +376,31 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_RECORD, _BLANK, _DAMAGE = object(), object(), object()
+
+
+def _crc_ok(view, pos: int, size: int) -> bool:
+    return zlib.crc32(view[pos + _CRC_FROM:pos + size]) == _CRC.unpack_from(view, pos + 8)[0]
+
+
+def _resync(view, start: int, length: int) -> int | None:
+    """The first position at or after ``start`` where a whole record (CRC-checked) or the
+    segment's closing blank begins; None if there is none (the rest is a torn tail)."""
+    at = view.find(_MAGIC_BYTES, start + 4)
+    while at >= 0:
+        candidate = at - 4
+        size = PREFIX.unpack_from(view, candidate)[0]
+        if FIXED_SIZE <= size and candidate + size <= length and _crc_ok(view, candidate, size):
+            return candidate
+        at = view.find(_MAGIC_BYTES, at + 1)
+    blank = struct.pack(">I", BLANK_MAGIC)
+    at = view.find(blank, start + 4)
+    while at >= 0:
+        candidate = at - 4
+        size = PREFIX.unpack_from(view, candidate)[0]
+        if size >= MIN_BLANK_LEN and candidate + size == length:
+            return candidate
+        at = view.find(blank, at + 1)
+    return None

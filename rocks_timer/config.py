@@ -19,6 +19,7 @@ from rocks_timer.errors import ConfigError
 TIMER_ENGINES = ("rocksdb", "wheel", "memory")
 FLUSH_MODES = ("async", "sync")
 ROCKSDB_LAYOUTS = ("inline", "vlog")
+VLOG_INDEX_COMPACTIONS = ("universal", "profile")
 MiB = 1 << 20
 DAY_MS = 86_400_000
 
@@ -49,6 +50,8 @@ class BrokerConfig:
     vlog_reclaim_age_sec: int = 0  # A: relocate a sealed segment older than this (0: off)
     vlog_reclaim_min_pinned_sec: int = 21_600  # never relocate a segment that empties sooner
     vlog_prefetch_ms: int = 2_000  # hint the kernel to read bodies due this soon
+    # a new vlog store's index: universal compaction, or rocksdb_profile's (docs/COMPACTION.md)
+    vlog_index_compaction: str = "universal"
     # legacy delay levels
     message_delay_level: str = DEFAULT_DELAY_LEVELS
     enable_schedule_async_deliver: bool = False
@@ -121,6 +124,8 @@ class BrokerConfig:
         need(self.vlog_reclaim_age_sec >= 0, "vlog_reclaim_age_sec", ">= 0 s (0: off)")
         need(self.vlog_reclaim_min_pinned_sec >= 0, "vlog_reclaim_min_pinned_sec", ">= 0 s")
         need(0 <= self.vlog_prefetch_ms <= 3_600_000, "vlog_prefetch_ms", "0..3600000 ms")
+        need(self.vlog_index_compaction in VLOG_INDEX_COMPACTIONS, "vlog_index_compaction",
+             ", ".join(VLOG_INDEX_COMPACTIONS))
         self.delay_levels  # raises ConfigError naming the bad element
         need(self.schedule_async_deliver_max_pending_limit >= 1,
              "schedule_async_deliver_max_pending_limit", ">= 1")
@@ -152,44 +157,63 @@ class BrokerConfig:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "BrokerConfig":
-        try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from None
-        if set(data) == {"broker"} and isinstance(data["broker"], dict):
-            data = data["broker"]
-        return cls.from_mapping(data)
+        return cls.from_mapping(_toml_values(path))
 
     @classmethod
     def from_broker_conf(cls, path: str | Path) -> "BrokerConfig":
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"cannot read config file {path}: {exc}") from None
-        values: dict[str, Any] = {}
-        by_name = _rocketmq_name_table()
-        for number, raw in enumerate(text.splitlines(), start=1):
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            key, sep, value = line.partition("=")
-            key, value = key.strip(), value.strip()
-            if not sep or not key:
-                raise ConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
-            if key not in by_name:
-                raise ConfigError(
-                    f"{path}:{number}: unknown key {key!r}; valid keys: {', '.join(sorted(by_name))}"
-                )
-            name, convert = by_name[key]
-            values[name] = convert(name, value)
-        return cls.from_mapping(values)
+        return cls.from_mapping(_broker_conf_values(path))
+
+    @classmethod
+    def read_values(cls, path: str | Path) -> dict[str, Any]:
+        """The settings a config file gives, by field name (what it leaves out is absent):
+        TOML for ``*.toml``, RocketMQ ``key=value`` for anything else (``broker.conf``)."""
+        return _toml_values(path) if str(path).endswith(".toml") else _broker_conf_values(path)
 
     @classmethod
     def load(cls, path: str | Path) -> "BrokerConfig":
         """TOML for ``*.toml``, RocketMQ ``key=value`` for anything else (``broker.conf``)."""
-        if str(path).endswith(".toml"):
-            return cls.from_toml(path)
-        return cls.from_broker_conf(path)
+        return cls.from_mapping(cls.read_values(path))
+
+
+def _read_text(path: str | Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {exc.object[exc.start]:#04x}"
+                          f" at position {exc.start})") from None
+
+
+def _toml_values(path: str | Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(_read_text(path))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    if set(data) == {"broker"} and isinstance(data["broker"], dict):
+        data = data["broker"]
+    return data
+
+
+def _broker_conf_values(path: str | Path) -> dict[str, Any]:
+    text = _read_text(path)
+    values: dict[str, Any] = {}
+    by_name = _rocketmq_name_table()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise ConfigError(f"{path}:{number}: expected key=value, got {raw!r}")
+        if key not in by_name:
+            raise ConfigError(
+                f"{path}:{number}: unknown key {key!r}; valid keys: {', '.join(sorted(by_name))}"
+            )
+        name, convert = by_name[key]
+        values[name] = convert(name, value)
+    return values
 
 
 def _field_type(f: dataclasses.Field) -> type:

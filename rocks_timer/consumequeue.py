@@ -6,10 +6,12 @@
 
 Files hold ``entries_per_file`` entries and are named by the 20-digit byte position of their first
 entry, in ``consumequeue/<topic>/<queue_id>/``. A queue is an index only: it is rebuilt from the
-CommitLog where it lags (see ``MessageStore``).
+CommitLog where it lags, where a file is missing or short, or where an entry does not match the
+record it points to (see ``cq_recovery``).
 """
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -23,6 +25,7 @@ from rocks_timer.private import FILE_MODE
 from rocks_timer.message import DELAY, SCHEDULE_TOPIC
 from rocks_timer.record import java_string_hash
 
+log = logging.getLogger(__name__)
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
 
@@ -79,12 +82,35 @@ class ConsumeQueue:
             self._files[start] = os.open(self.directory / f"{start:020d}", os.O_RDWR)
         if starts:
             last = starts[-1]
-            length = os.fstat(self._files[last]).st_size
+            # a longer file is kept as it is and reported by file_problems
+            length = min(os.fstat(self._files[last]).st_size, self._file_bytes)
             whole = length - length % ENTRY_SIZE
             if whole != length:  # torn entry: drop it
                 os.ftruncate(self._files[last], whole)
             self._min_offset = starts[0] // ENTRY_SIZE
             self._max_offset = (last + whole) // ENTRY_SIZE
+        self.damaged_files = self.file_problems()  # as found on open
+        for problem in self.damaged_files:
+            log.error("consume queue %s/%d: file %s; entries are rebuilt from the CommitLog",
+                      self.topic, self.queue_id, problem)
+
+    def file_problems(self) -> list[str]:
+        """Files missing or short before the last one, or longer than a file holds."""
+        with self._lock:
+            files = dict(self._files)
+        if not files:
+            return []
+        problems = []
+        first, last = min(files), max(files)
+        for start in range(first, last + self._file_bytes, self._file_bytes):
+            fd = files.get(start)
+            size = os.fstat(fd).st_size if fd is not None else -1
+            if size > self._file_bytes:
+                problems.append(f"{start:020d} is {size} bytes (at most {self._file_bytes})")
+            elif start != last and size != self._file_bytes:
+                what = "missing" if fd is None else f"{size} bytes, not {self._file_bytes}"
+                problems.append(f"{start:020d} is {what}")
+        return problems
 
     @property
     def min_offset(self) -> int:
@@ -134,6 +160,35 @@ class ConsumeQueue:
             self._files[start] = fd
         return fd
 
+    def put_at(self, queue_offset: int, entry: tuple[int, int, int]) -> None:
+        """Rewrite one entry below ``max_offset`` (recovery repairs a missing, short or
+        mismatched one; an entry below ``min_offset`` lowers it)."""
+        with self._lock:
+            if queue_offset >= self._max_offset:
+                raise ValueError(f"{self.topic}/{self.queue_id}: put_at {queue_offset} is not "
+                                 f"below max offset {self._max_offset}")
+            position = queue_offset * ENTRY_SIZE
+            start = position - position % self._file_bytes
+            os.pwrite(self._fd_for(start), ENTRY.pack(*entry), position - start)
+            self.bytes_written += ENTRY_SIZE
+            self._min_offset = min(self._min_offset, queue_offset)
+
+    def raw_entries(self, offset: int, count: int) -> bytes:
+        """``count`` packed entries from ``offset``, with zeros where a file is missing or
+        short (recovery and ``check`` compare them with the CommitLog)."""
+        with self._lock:
+            files = dict(self._files)
+        out = bytearray()
+        position, end = offset * ENTRY_SIZE, (offset + count) * ENTRY_SIZE
+        while position < end:
+            start = position - position % self._file_bytes
+            n = min(end - position, start + self._file_bytes - position)
+            fd = files.get(start)
+            data = os.pread(fd, n, position - start) if fd is not None else b""
+            out += data + bytes(n - len(data))
+            position += n
+        return bytes(out)
+
     def _reset_empty(self, queue_offset: int) -> None:
         for fd in self._files.values():
             os.close(fd)
@@ -164,25 +219,16 @@ class ConsumeQueue:
 
     # -- reads -------------------------------------------------------------------------------
     def entries(self, offset: int, max_entries: int) -> list[CQEntry]:
+        """Entries from ``offset`` (at least ``min_offset``), at most ``max_entries``; a missing
+        or short file reads as zero entries (``pull`` reports and skips them), never as the end
+        of the queue."""
         with self._lock:
             offset = max(offset, self._min_offset)
             end = min(self._max_offset, offset + max(0, max_entries))
-            files = dict(self._files)
-        result: list[CQEntry] = []
-        while offset < end:
-            position = offset * ENTRY_SIZE
-            start = position - position % self._file_bytes
-            fd = files.get(start)
-            if fd is None:
-                break
-            count = min(end - offset, (start + self._file_bytes - position) // ENTRY_SIZE)
-            data = os.pread(fd, count * ENTRY_SIZE, position - start)
-            for i, fields in enumerate(ENTRY.iter_unpack(data[: len(data) - len(data) % 20])):
-                result.append(CQEntry(offset + i, *fields))
-            if len(data) < count * ENTRY_SIZE:
-                break
-            offset += count
-        return result
+        if end <= offset:
+            return []
+        data = self.raw_entries(offset, end - offset)
+        return [CQEntry(offset + i, *fields) for i, fields in enumerate(ENTRY.iter_unpack(data))]
 
     def get(self, offset: int) -> CQEntry | None:
         found = self.entries(offset, 1)

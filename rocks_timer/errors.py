@@ -52,6 +52,11 @@ class ServerBusyError(RocksTimerError):
     bytes limit, idle time); nothing was done for it."""
 
 
+class UnsupportedOperationError(RocksTimerError):
+    """An operation the configured timer engine cannot do exactly (for instance find or
+    reschedule on the file wheel, which keeps no index by key); nothing was changed."""
+
+
 class PutFailedError(RocksTimerError):
     """A CommitLog put that did not land; callers retry it."""
 

@@ -5,8 +5,10 @@ in groups: it assigns queue and CommitLog offsets, encodes the group into one bu
 writes it with one call (one fdatasync per group in sync-flush mode), appends the ConsumeQueue
 entries, and only then resolves the futures, so a resolved put is readable through ``pull``.
 
-On open the CommitLog's torn tail is truncated, ConsumeQueue entries that point past it are
-dropped, and every queue that lags the CommitLog is rebuilt from it.
+On open the CommitLog's torn tail is truncated (a corrupt record with valid ones after it is
+reported and kept in place), ConsumeQueue entries that point past the end are dropped, and
+every queue that lags the CommitLog, misses a file or holds a wrong entry is rebuilt from it
+(``cq_recovery``).
 """
 from __future__ import annotations
 
@@ -21,13 +23,13 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 from rocks_timer.clock import Clock
 from rocks_timer.commitlog import CommitLog
 from rocks_timer.config import BrokerConfig
-from rocks_timer.batch_encoder import META, encode_batch, prepare_batch
+from rocks_timer.batch_encoder import META, encode_batch, prepare_batch, record_size_of
 from rocks_timer.consumequeue import ConsumeQueue, ConsumeQueueSet, tags_code
 from rocks_timer.cq_recovery import rebuild_consume_queues
 from rocks_timer.errors import (CorruptRecordError, InvalidMessageError, PutFailedError,
                                 RocksTimerError, StoreClosedError)
 from rocks_timer.message import Message, new_msg_id
-from rocks_timer.record import MAX_STORED_PROPERTIES, decode_record, message_record_size
+from rocks_timer.record import MAX_STORED_PROPERTIES, decode_record, prepared_identity
 
 log = logging.getLogger(__name__)
 _GROUP_MAX_MESSAGES = 4096
@@ -78,8 +80,8 @@ class PutResults(Sequence):
         i = self._start + index
         queue_offset, position, size, queue_id = META.unpack_from(self._meta, i * META.size)
         msg = self._messages[i]
-        return PutResult(msg.msg_id, msg.topic, queue_id, queue_offset, position, size,
-                         self._store_ms)
+        msg_id, topic = prepared_identity(msg) if type(msg) is bytes else (msg.msg_id, msg.topic)
+        return PutResult(msg_id, topic, queue_id, queue_offset, position, size, self._store_ms)
 
     @property
     def end_offset(self) -> int:
@@ -124,7 +126,8 @@ class MessageStore:
 
     # -- recovery -------------------------------------------------------------------------
     def _recover(self) -> None:
-        self.rebuilt_entries = rebuild_consume_queues(self.commitlog, self.queues, self._levels)
+        self.recovery = rebuild_consume_queues(self.commitlog, self.queues, self._levels)
+        self.rebuilt_entries = self.recovery.rebuilt_entries
 
     # -- puts -----------------------------------------------------------------------------
     def put_message_async(self, msg: Message) -> "Future[PutResult]":
@@ -173,6 +176,8 @@ class MessageStore:
                                           MAX_STORED_PROPERTIES)
         if not clean:
             for i, msg in enumerate(messages):
+                if type(msg) is bytes:  # a prepared record, checked when it was prepared
+                    continue
                 self._check(msg)  # raises, naming the value and the limit
                 if msg.msg_id is None:
                     messages[i] = msg.with_properties({"UNIQ_KEY": new_msg_id()})
@@ -263,11 +268,11 @@ class MessageStore:
 
         commitlog, assigned, batches, i = self.commitlog, {}, [], 0
         while i < len(messages):
-            start = commitlog.position_for(message_record_size(messages[i]))
+            start = commitlog.position_for(record_size_of(messages[i]))
             batch = encode_batch(messages, i, start, commitlog.segment_limit(), store_ms,
                                  assigned, self._queue_offset, schedule_tags)
             if batch.count == 0:
-                raise ValueError(f"a record of {message_record_size(messages[i])} bytes does "
+                raise ValueError(f"a record of {record_size_of(messages[i])} bytes does "
                                  f"not fit in a CommitLog segment of {commitlog.segment_size}")
             commitlog.write(start, batch.data, store_ms)
             batches.append(batch)
@@ -301,11 +306,20 @@ class MessageStore:
 
     def pull(self, topic: str, queue_id: int = 0, offset: int = 0, max_messages: int = 32
              ) -> list[Message]:
+        return self.pull_page(topic, queue_id, offset, max_messages)[0]
+
+    def pull_page(self, topic: str, queue_id: int = 0, offset: int = 0, max_messages: int = 32
+                  ) -> tuple[list[Message], int]:
+        """Messages from ``offset`` and the queue offset to pull from next: past every entry
+        looked at, including corrupt (reported, skipped) and expired ones, so a consumer never
+        stalls on a record that cannot be read."""
         cq = self.queues.get(topic, queue_id)
         if cq is None or max_messages <= 0:
-            return []
+            return [], offset
         messages = []
+        next_offset = max(offset, cq.min_offset)
         for entry in cq.entries(offset, max_messages):
+            next_offset = entry.queue_offset + 1
             try:
                 messages.append(self.get_message(entry.commitlog_offset, entry.size))
             except KeyError:
@@ -313,7 +327,7 @@ class MessageStore:
             except CorruptRecordError as exc:
                 self.corrupt_reads += 1
                 log.error("pull %s/%d offset %d: %s", topic, queue_id, entry.queue_offset, exc)
-        return messages
+        return messages, next_offset
 
     def iter_messages(self, from_offset: int = 0) -> Iterator[Message]:
         for raw in self.commitlog.iter_raw(from_offset):
@@ -353,6 +367,11 @@ class MessageStore:
                 "messages_written": self.messages_written, "groups_written": self.groups_written,
                 "corrupt_reads": self.corrupt_reads,
                 "truncated_bytes": self.commitlog.truncated_bytes,
+                "corrupt_regions": [d.describe() for d in self.commitlog.damage[:20]],
+                "corrupt_region_count": len(self.commitlog.damage),
+                "short_segments": list(self.commitlog.short_segments),
+                "missing_segments": list(self.commitlog.missing_segments),
+                "recovery": self.recovery.as_dict(),
                 "synced_offset": self.commitlog.synced_offset, "syncs": self.commitlog.syncs}
 
     def sync(self, offset: int | None = None) -> bool:

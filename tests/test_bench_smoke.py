@@ -75,7 +75,8 @@ def test_bench_peers_smoke(tmp_path, capsys):
     peer fails the test, since `make test` installs them."""
     from bench import peers as bench_peers
     assert bench_peers.main(["--single", "200", "--batch", "500", "--cancel", "100",
-                             "--drain", "300", "--drain-margin", "0.5", "--results-dir", str(tmp_path)]) == 0
+                             "--drain", "300", "--drain-margin", "0.5", "--runs", "1",
+                             "--results-dir", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "peers.json").read_text())
     out = capsys.readouterr().out
     rocks = report["systems"]["rocks-timer"]
@@ -90,7 +91,10 @@ def test_bench_peers_smoke(tmp_path, capsys):
         pytest.skip(message)
     assert set(report["systems"]) == {"rocks-timer", "beanstalkd", "Redis"}
     assert set(report["ratios"]) == {"beanstalkd", "Redis"}
-    assert all(v > 0 for ratios in report["ratios"].values() for v in ratios.values())
+    for ratios in report["ratios"].values():
+        for key in ("single", "batch", "cancel", "drain"):
+            low, high = ratios[key + "_range"]
+            assert 0 < low <= ratios[key] <= high
     assert set(report["targets"]) == {"single >= 2x beanstalkd", "batch >= 2x Redis"}
     assert "rocks-timer / beanstalkd" in out
 
@@ -124,3 +128,12 @@ def test_socket_load_small(tmp_path, capsys):
     assert result["broker_tracebacks"] == 0 and result["broker_exit"] == 0
     assert result["broker_stopped_cleanly"]
     assert "ok=True" in capsys.readouterr().out
+
+
+def test_bench_reopen_smoke(tmp_path, capsys):
+    from bench import reopen as bench_reopen
+    assert bench_reopen.main(["--messages", "2000", "--runs", "1", "--data",
+                              str(tmp_path / "data"), "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "reopen.json").read_text())
+    assert report["messages"] == 2000 and len(report["open_s"]) == 1
+    assert "open over 2000 messages" in capsys.readouterr().out

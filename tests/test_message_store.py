@@ -69,9 +69,15 @@ def test_flipped_byte_is_caught_by_crc_on_read_and_on_recovery(tmp_path, clock, 
     data[results[7].commitlog_offset + 95] ^= 0xFF  # inside record 7's body
     segment.write_bytes(bytes(data))
     store = open_store(tmp_path, clock, small_config)
-    # the newest segment is checked on open: record 7 and everything after are cut off
-    assert store.max_offset == results[7].commitlog_offset
-    assert len(store.pull("t", 0, 0, 100)) == 7
+    # the newest segment is checked on open: record 7 is reported, the records after it kept
+    assert store.max_offset == results[9].commitlog_offset + results[9].size
+    assert [d.offset for d in store.commitlog.damage] == [results[7].commitlog_offset]
+    assert store.stats()["corrupt_region_count"] == 1
+    messages, next_offset = store.pull_page("t", 0, 0, 100)
+    assert [m.queue_offset for m in messages] == [0, 1, 2, 3, 4, 5, 6, 8, 9]
+    assert next_offset == 10 and store.corrupt_reads == 1
+    again = put_n(store, 1)
+    assert again[0].queue_offset == 10
     store.close()
 
 

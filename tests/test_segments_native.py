@@ -2,6 +2,8 @@
 every C hot path beside its Python reference, checked byte for byte)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -61,3 +63,28 @@ def test_every_refusal_has_a_reason():
 def test_native_framing_matches_the_reference(pairs):
     keys, values = [k for k, _ in pairs], [v for _, v in pairs]
     assert native.vlog_frame(keys, values) == S.frame_many_py(keys, values)
+
+
+@settings(max_examples=200, deadline=None)
+@given(records, st.integers(min_value=0), st.integers(min_value=0, max_value=255),
+       st.sampled_from(["flip", "cut", "wrong-key", "past-end", "none"]))
+def test_native_read_matches_the_reference(tmp_path_factory, pairs, where, byte, damage):
+    data, items = layout(pairs)
+    if damage == "flip":
+        at = where % len(data)
+        data = data[:at] + bytes([data[at] ^ (byte or 1)]) + data[at + 1:]
+    elif damage == "cut":
+        data = data[:where % len(data)]
+    path = tmp_path_factory.mktemp("seg") / "segment"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        reads = [(fd, at, length, key) for at, length, key in items]
+        if damage == "wrong-key":
+            fd_, at, length, key = reads[where % len(reads)]
+            reads[where % len(reads)] = (fd_, at, length, key + b"x")
+        elif damage == "past-end":
+            reads.append((fd, len(data) + where % 100, 20, b"k"))
+        assert native.vlog_read(reads) == S.read_records_py(reads)
+    finally:
+        os.close(fd)

@@ -245,12 +245,16 @@ def test_timerlog_scan_stops_at_torn_unit_and_truncates(tmp_path):  # behaviour 
     with open(second, "r+b") as f:
         f.seek(3 * 52)
         f.write((51).to_bytes(4, "big"))  # unit 22: size != 52
+        f.seek(5 * 52 + 10)
+        f.truncate()  # unit 24 torn
     log = TimerLog(tmp_path / "timerlog", 1024)
     units = list(log.scan_units(0))
-    assert len(units) == 22 and log.scan_end == 1024 + 3 * 52
-    assert log.truncate(log.scan_end) == 3 * 52
-    assert log.max_offset == 1024 + 3 * 52
-    assert log.append(_unit()) == 1024 + 3 * 52
+    # only the torn tail ends the scan: unit 22 is corruption, skipped, and 23 is kept
+    assert len(units) == 23 and log.scan_end == 1024 + 5 * 52
+    assert log.corrupt_units == 1 and log.damage == {1024 + 3 * 52: 52}
+    assert log.truncate(log.scan_end) == 10
+    assert log.max_offset == 1024 + 5 * 52
+    assert log.append(_unit()) == 1024 + 5 * 52
     log.close()
 
 
@@ -259,8 +263,10 @@ def test_timerlog_scan_stops_at_bad_magic(tmp_path):
     for _ in range(5):
         log.append(_unit())
     log.append(Unit(52, -1, 16, 0, 0, 0, 0, 0).pack())
+    assert len(list(log.scan_units(0))) == 5 and log.scan_end == 5 * 52  # a torn tail
     log.append(_unit())
-    assert len(list(log.scan_units(0))) == 5 and log.scan_end == 5 * 52
+    assert len(list(log.scan_units(0))) == 6 and log.scan_end == 7 * 52  # now corruption
+    assert log.corrupt_units == 1
     log.close()
 
 

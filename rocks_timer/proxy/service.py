@@ -25,6 +25,25 @@ DEFAULT_INVISIBLE_MS = 60_000       # auto-renewing (push) consumers do not give
 MAX_LONG_POLL_MS = 60_000
 DEADLINE_MARGIN_S = 0.5             # a long poll ends this long before the client gives up
 MAX_BATCH = 1024
+TERMINATION_WAIT_S = 1.0
+
+
+class _Poll:
+    """One ReceiveMessage in progress: woken by arrivals, ended early by the client's end."""
+
+    __slots__ = ("wake", "closed", "terminated")
+
+    def __init__(self) -> None:
+        self.wake = asyncio.Event()
+        self.closed = asyncio.Event()
+        self.terminated = False
+
+
+def _client_id(context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-client-id":
+            return str(value)[:256]
+    return ""
 
 
 def answers(response: Callable[..., Any], handle_code: int = Code.INVALID_RECEIPT_HANDLE):
@@ -54,6 +73,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.host = endpoints.addresses[0].host if endpoints.addresses else ""
         self.recent = RecentSends()
         self.max_attempts: dict[str, int] = {}
+        self.polls: dict[str, set[_Poll]] = {}  # client id -> its long polls in progress
 
     async def _call(self, fn, *args, **kwargs):
         loop = asyncio.get_running_loop()
@@ -96,6 +116,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @answers(svc.NotifyClientTerminationResponse)
     async def NotifyClientTermination(self, request, context):
+        """End the client's long polls first (empty), and answer once their streams are
+        closed: the client closes its channels right after this answer, and a poll cut off
+        by that is logged as an error by the official client."""
+        client = _client_id(context)
+        polls = list(self.polls.get(client, ())) if client else []
+        for poll in polls:
+            poll.terminated = True
+            poll.wake.set()
+        if polls:
+            await asyncio.wait([asyncio.ensure_future(p.closed.wait()) for p in polls],
+                               timeout=TERMINATION_WAIT_S)
         return svc.NotifyClientTerminationResponse(status=ok())
 
     async def Telemetry(self, request_iterator, context):
@@ -155,24 +186,35 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- consuming -------------------------------------------------------------------------------
     async def ReceiveMessage(self, request, context):
+        poll = _Poll()
+        client = _client_id(context)
+        self.polls.setdefault(client, set()).add(poll)
         try:
-            messages, wait_status = await self._receive(request, context)
-        except Exception as exc:  # noqa: BLE001 - every failure is a RocketMQ status
-            yield svc.ReceiveMessageResponse(status=from_exception(exc))
-            return
-        if not messages:
-            yield svc.ReceiveMessageResponse(status=wait_status)
-            return
-        yield svc.ReceiveMessageResponse(status=ok())
-        namespace = request.group.resource_namespace
-        for popped in messages:
+            try:
+                messages, wait_status = await self._receive(request, context, poll)
+            except Exception as exc:  # noqa: BLE001 - every failure is a RocketMQ status
+                yield svc.ReceiveMessageResponse(status=from_exception(exc))
+                return
+            if not messages:
+                yield svc.ReceiveMessageResponse(status=wait_status)
+                return
+            yield svc.ReceiveMessageResponse(status=ok())
+            namespace = request.group.resource_namespace
+            for popped in messages:
+                yield svc.ReceiveMessageResponse(
+                    message=convert.to_proto(popped, namespace, self.host))
+            # the push consumer measures its receive latency from this (and fails without it)
             yield svc.ReceiveMessageResponse(
-                message=convert.to_proto(popped, namespace, self.host))
-        # the push consumer measures its receive latency from this (and fails without it)
-        yield svc.ReceiveMessageResponse(
-            delivery_timestamp=convert.timestamp(self.broker.clock.now_ms()))
+                delivery_timestamp=convert.timestamp(self.broker.clock.now_ms()))
+        finally:
+            poll.closed.set()
+            mine = self.polls.get(client)
+            if mine is not None:
+                mine.discard(poll)
+                if not mine:
+                    del self.polls[client]
 
-    async def _receive(self, request, context):
+    async def _receive(self, request, context, poll: "_Poll"):
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.message_queue.topic)
         tags = settings_mod.tag_filter(request.filter_expression)
@@ -189,21 +231,21 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         max_attempts = self.max_attempts.get(group, DEFAULT_MAX_ATTEMPTS)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + poll_ms / 1000
-        arrived = asyncio.Event()
         token = self.pop.watch(self.pop.watched_topics(group, topic),
-                               lambda: loop.call_soon_threadsafe(arrived.set))
+                               lambda: loop.call_soon_threadsafe(poll.wake.set))
         try:
-            while True:
-                arrived.clear()
+            while not poll.terminated:
+                poll.wake.clear()
                 found = await self._call(self.pop.pop, group, topic, batch, invisible_ms, tags,
                                          max_attempts)
                 left = deadline - loop.time()
                 if found or left <= 0:
                     return found, status(Code.MESSAGE_NOT_FOUND, "no new message")
                 try:
-                    await asyncio.wait_for(arrived.wait(), left)
+                    await asyncio.wait_for(poll.wake.wait(), left)
                 except asyncio.TimeoutError:
                     pass
+            return [], status(Code.MESSAGE_NOT_FOUND, "the client is shutting down")
         finally:
             self.pop.unwatch(token)
 

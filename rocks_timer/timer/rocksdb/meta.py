@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
-from rocksdict import WriteBatch
+from rocksdict import AccessType, Options, Rdict, WriteBatch
 
 from rocks_timer.errors import ConfigError, CorruptRecordError
 from rocks_timer.timer import keys
@@ -33,29 +34,69 @@ def format_settings(compaction_style: str) -> dict[bytes, bytes]:
 LAYOUTS = ("inline", "vlog")
 
 
+def index_compaction(path: Path, layout: str, configured: str, meta_cf: str = "meta") -> str:
+    """How to open the ``timer`` column family of the store at ``path``: ``universal`` or
+    ``profile`` (see ``profiles.index_options``). A new store takes ``configured`` in the vlog
+    layout and ``profile`` in the inline one; a store on disk keeps what its ``meta`` says, read
+    through a read-only open before the real one (RocksDB cannot be reopened with another
+    compaction style once it runs); a vlog store made before the setting existed is ``profile``.
+    """
+    new = configured if layout == "vlog" else "profile"
+    if not (path / "CURRENT").exists():
+        return new
+    try:
+        families = [name for name in Rdict.list_cf(str(path)) if name != "default"]
+        if meta_cf not in families:
+            return new
+        db = Rdict(str(path), Options(raw_mode=True),
+                   column_families={name: Options(raw_mode=True) for name in families},
+                   access_type=AccessType.read_only())
+    except Exception:  # noqa: BLE001 - the real open reports what is wrong with the store
+        return "profile"
+    try:
+        meta = db.get_column_family(meta_cf)
+        version, stored = meta.get([keys.META_FORMAT_VERSION, keys.META_INDEX_COMPACTION])
+        del meta
+    finally:
+        db.close()
+    if version is None:
+        return new  # created, never written: load() treats it as new
+    return bytes(stored).decode(errors="replace") if stored is not None else "profile"
+
+
 def load(db: Any, meta_cf: str, compaction_style: str, path: str,
-         layout: str = "inline") -> "StoredState":
+         layout: str = "inline", index_compaction: str = "profile") -> "StoredState":
     """Check the format settings in ``meta`` (writing them on a new store) and read the state.
 
     The layout is a format setting too, but not a mismatch: a new store takes ``layout``, a store
     that has one keeps it, and a store made before layouts existed (format settings present,
-    no layout) is ``inline``.
+    no layout) is ``inline``. ``index_compaction`` is how the index was opened
+    (:func:`index_compaction`): a new vlog store records it, a store that has one must match it.
 
     The column family handles are dropped before anything can raise: a handle kept alive by a
     traceback would hold the RocksDB LOCK after ``db.close()``.
     """
     expected = format_settings(compaction_style)
     names = list(expected) + [keys.META_CURSOR, keys.META_PENDING, keys.META_CORRUPT,
-                              keys.META_RECONCILE_OFFSET, keys.META_LAYOUT]
+                              keys.META_RECONCILE_OFFSET, keys.META_LAYOUT,
+                              keys.META_INDEX_COMPACTION]
     meta = db.get_column_family(meta_cf)
     stored = dict(zip(names, (None if v is None else bytes(v) for v in meta.get(names))))
     del meta
     missing = check_format(stored, expected, path)
     stored_layout = stored.get(keys.META_LAYOUT)
+    is_new = stored.get(keys.META_FORMAT_VERSION) is None
     if stored_layout is None:
-        is_new = stored.get(keys.META_FORMAT_VERSION) is None
         stored_layout = layout.encode() if is_new else b"inline"
         missing[keys.META_LAYOUT] = stored_layout
+    stored_index = stored.get(keys.META_INDEX_COMPACTION)
+    if is_new and stored_layout == b"vlog":
+        missing[keys.META_INDEX_COMPACTION] = stored_index = index_compaction.encode()
+    if (stored_index or b"profile") != index_compaction.encode():
+        raise ConfigError(f"timer store {path}: format.index_compaction is "
+                          f"{(stored_index or b'profile').decode(errors='replace')!r} on disk but "
+                          f"the index was opened as {index_compaction!r}; reopen the store")
+    stored[keys.META_INDEX_COMPACTION] = stored_index
     if stored_layout.decode(errors="replace") not in LAYOUTS:
         raise ConfigError(f"timer store {path}: format.layout is "
                           f"{stored_layout.decode(errors='replace')!r}; this build reads "
@@ -116,6 +157,7 @@ class StoredState:
     corrupt: int
     reconcile_offset: int | None
     layout: str = "inline"
+    index_compaction: str = "profile"
 
     @classmethod
     def parse(cls, stored: Mapping[bytes, bytes | None]) -> "StoredState":
@@ -126,4 +168,5 @@ class StoredState:
             reconcile_offset=unpack_u64(keys.META_RECONCILE_OFFSET,
                                         stored.get(keys.META_RECONCILE_OFFSET)),
             layout=(stored.get(keys.META_LAYOUT) or b"inline").decode(),
+            index_compaction=(stored.get(keys.META_INDEX_COMPACTION) or b"profile").decode(),
         )

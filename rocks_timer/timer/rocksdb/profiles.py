@@ -8,6 +8,11 @@ order, are read once in due order, then deleted in due order (a time-ordered que
 The compaction style of a profile defines the on-disk format (RocksDB cannot switch an existing
 DB between leveled and universal), so the store records it in ``meta`` and refuses a mismatch;
 switching between profiles with the same style (``default``, ``blob``, ``tuned``) is allowed.
+
+A ``vlog`` store's index (key + pointer, DESIGN §6b) has its own compaction: ``universal`` for
+new stores (:func:`index_options`), because leveled compaction rewrote the randomly ordered
+index entries 2.8x as much (docs/COMPACTION.md); the choice is the format setting
+``format.index_compaction``.
 """
 from __future__ import annotations
 
@@ -98,6 +103,34 @@ PROFILES: dict[str, tuple[Callable[[], Options], str]] = {
 COMPACTION_STYLES: dict[str, str] = {
     "default": "level", "universal": "universal", "blob": "level", "tuned": "level",
 }
+
+
+# A vlog index keeps up to this many sorted runs before universal compaction merges them: each
+# run costs a bloom probe per point lookup, each merge a rewrite (measured: docs/COMPACTION.md).
+INDEX_SORTED_RUNS = 16
+
+
+def index_options(profile: str, index_compaction: str) -> Options:
+    """Options of the ``timer`` column family: ``profile``'s own (``index_compaction`` =
+    ``profile``: the inline layout, and vlog stores made before), or ``profile``'s with
+    universal compaction that merges runs of about equal size once ``INDEX_SORTED_RUNS`` are
+    there, and everything into one run when the newer runs outgrow the oldest twice over."""
+    opts = build_options(profile)
+    if index_compaction == "profile":
+        return opts
+    if index_compaction != "universal":
+        raise ConfigError(f"vlog_index_compaction={index_compaction!r} is unknown; valid: "
+                          f"universal, profile")
+    opts.set_compaction_style(DBCompactionStyle.universal())
+    universal = UniversalCompactOptions()
+    universal.size_ratio = 1
+    universal.min_merge_width = 2
+    universal.max_size_amplification_percent = 200
+    opts.set_universal_compaction_options(universal)
+    opts.set_level_zero_file_num_compaction_trigger(INDEX_SORTED_RUNS)
+    opts.set_level_zero_slowdown_writes_trigger(3 * INDEX_SORTED_RUNS)
+    opts.set_level_zero_stop_writes_trigger(4 * INDEX_SORTED_RUNS)
+    return opts
 
 
 def _check(name: str) -> None:

@@ -30,6 +30,7 @@ Pending counter: exact, persisted in ``meta`` in the same WriteBatch as every ch
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -42,16 +43,20 @@ from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import (ConfigError, CorruptRecordError, InvalidHandleError,
                                 InvalidMessageError, StoreClosedError, StoreLockedError)
 from rocks_timer.timer import keys as K
-from rocks_timer.timer.rocksdb import claim, layout
+from rocks_timer.timer.rocksdb import claim, keyindex, layout
+from rocks_timer.timer.rocksdb import reschedule as rocks_reschedule
 from rocks_timer.timer.rocksdb import maint as rocks_maint, meta as rocks_meta
 from rocks_timer.timer.rocksdb import reclaim
 from rocks_timer.timer.rocksdb.vlog import ValueLog
 from rocks_timer.timer.handles import decode_handle
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
+from rocks_timer.timer.rocksdb.profiles import index_options as profile_index_options
 from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, resume_handle,
                                             scan_start)
-from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats,
-                                     TimerKey, TimerRecord)
+from rocks_timer.timer.rocksdb.duecount import DueCounters
+from rocks_timer.timer.rocksdb.keyindex import IndexChanges
+from rocks_timer.timer.store import (DueRecord, KeyCancel, Rescheduled, ScanPage, Scheduled,
+                                     StoreStats, TimerKey, TimerRecord)
 from rocks_timer.timer.schedule_codec import encode_schedule
 
 log = logging.getLogger(__name__)
@@ -113,6 +118,9 @@ class RocksTimerStore:
         self._timer_h = db.get_column_family_handle(TIMER_CF)
         self._meta_h = db.get_column_family_handle(META_CF)
         self._corrupt_h = db.get_column_family_handle(CORRUPT_CF)
+        self._keys, self._keys_h = self._meta, self._meta_h  # the key index lives in meta
+        self._due = DueCounters(self._meta, self._meta_h)
+        self._keyed = False  # True once the key index may hold entries
         self._write_opts = WriteOptions()
         # DESIGN §5: in sync mode a send returns once its batch is on disk
         self._write_opts.sync = config.rocksdb_sync or config.flush_disk_type == "sync"
@@ -122,6 +130,7 @@ class RocksTimerStore:
         # claimed key -> its index value when that is a vlog pointer (else None)
         self._in_flight: dict[bytes, bytes | None] = {}
         self.layout = state.layout
+        self.index_compaction = state.index_compaction
         self.vlog: ValueLog | None = None
         if self.layout == "vlog":
             self.vlog = ValueLog(path / "vlog", config, self._meta, self._meta_h)
@@ -148,7 +157,9 @@ class RocksTimerStore:
         refuse_damaged(path)
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         db_options = build_options(config.rocksdb_profile)
-        index_options = build_options(config.rocksdb_profile)
+        index_style = rocks_meta.index_compaction(path, config.rocksdb_layout,
+                                                  config.vlog_index_compaction, META_CF)
+        index_options = profile_index_options(config.rocksdb_profile, index_style)
         families = {TIMER_CF: index_options,
                     META_CF: Options(raw_mode=True), CORRUPT_CF: Options(raw_mode=True)}
         try:
@@ -164,11 +175,25 @@ class RocksTimerStore:
                                          f"{REPAIR_HINT}", where=str(path)) from None
             raise ConfigError(f"cannot open timer store {path}: {text}") from None
         try:
-            state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout)
-            return cls(path, config, db, db_options, state, reclaim_after_deletes)
-        except BaseException:
+            state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
+                                    index_style)
+            store = cls(path, config, db, db_options, state, reclaim_after_deletes)
+        except BaseException as exc:
+            # the failed constructor's frames hold column family handles, which keep the LOCK
+            # after close: drop them first, or every later open says "in use"
+            error = exc.with_traceback(None)
+        else:
+            error = None
+        if error is not None:
+            gc.collect()
             db.close()
+            raise error
+        try:
+            keyindex.ensure_built(store)
+        except BaseException:
+            store.close()
             raise
+        return store
 
     def close(self) -> None:
         """Flush and release the DB (idempotent). Handles are dropped first: a live column
@@ -182,8 +207,9 @@ class RocksTimerStore:
             if self.vlog is not None:
                 self.vlog.close()
             db = self._db
-            self._timer = self._meta = self._corrupt = None
-            self._timer_h = self._meta_h = self._corrupt_h = None
+            self._due.close()
+            self._timer = self._meta = self._corrupt = self._keys = None
+            self._timer_h = self._meta_h = self._corrupt_h = self._keys_h = None
             self._db = None
             self._in_flight.clear()
             db.close()
@@ -237,28 +263,32 @@ class RocksTimerStore:
             raw_keys, values, key_dues, handles = encode_schedule(
                 records, self._low_watermark_ms(), self.config.timer_compress_threshold)
             batch = WriteBatch(raw_mode=True)
+            olds = self._old_values(raw_keys)
+            changes, added = keyindex.schedule_changes(self, raw_keys, records, olds)
             if self.vlog is not None:
                 fields = [(r.message.queue_id, len(r.message.body), r.message.tags)
                           for r in records]
-                layout.schedule_vlog(self, raw_keys, values, now_ms, batch, fields)
+                layout.schedule_vlog(self, raw_keys, values, now_ms, batch, fields, olds,
+                                     changes, added)
                 return list(map(Scheduled, handles, key_dues))
             put, timer_h = batch.put, self._timer_h
             for raw, value in zip(raw_keys, values):
                 put(raw, value, timer_h)
-            added = self._count_new(raw_keys)
             if added:
                 put(K.META_PENDING, rocks_meta.pack_u64(self._pending + added), self._meta_h)
+            new_counts = keyindex.stage(self, changes, batch)
             self._db.write(batch, self._write_opts)
+            keyindex.commit(self, changes, new_counts)
             self._pending += added
         return list(map(Scheduled, handles, key_dues))
 
-    def _count_new(self, raw_keys: list[bytes]) -> int:
-        """How many distinct keys of a schedule batch are not stored yet (the pending count is
-        exact: a producer's retry of the same key adds nothing)."""
+    def _old_values(self, raw_keys: list[bytes]) -> dict[bytes, bytes | None]:
+        """The stored value of each distinct key of a schedule batch (None: a new key), so
+        the pending count stays exact (a producer's retry of the same key adds nothing)."""
         if len(raw_keys) == 1:  # a single send: a point get is half a one-key multi-get
-            return int(self._timer.get(raw_keys[0]) is None)
+            return {raw_keys[0]: self._timer.get(raw_keys[0])}
         distinct = list(dict.fromkeys(raw_keys))  # a batch may repeat a key
-        return self._timer.get(distinct).count(None)
+        return dict(zip(distinct, self._timer.get(distinct)))
 
     def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> list[DueRecord]:
         return claim.claim_due(self, now_ms, max_messages, max_bytes)
@@ -272,10 +302,18 @@ class RocksTimerStore:
             for record in records:
                 raw = record.token if isinstance(record.token, bytes) else K.encode_key(record.key)
                 if raw in self._in_flight:  # else reconciled already or never claimed here
-                    done[raw] = None
+                    done[raw] = record
             batch = WriteBatch(raw_mode=True)
-            for raw in done:
+            changes = IndexChanges()
+            keyed = self._keyed
+            for raw, record in done.items():
                 batch.delete(raw, self._timer_h)
+                if not keyed:
+                    changes.removed(raw)
+                elif type(record) is claim.ClaimedRecord:
+                    changes.removed(raw, record.message_keys())
+                else:
+                    changes.removed(raw, keyindex.message_keys(record.message))
             pending = self._pending - len(done)
             batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
             batch.put(K.META_CURSOR, self._cursor(without=done), self._meta_h)
@@ -283,8 +321,10 @@ class RocksTimerStore:
                 batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(commitlog_end),
                           self._meta_h)
             new = self._stage_removed([self._in_flight[raw] for raw in done], batch)
+            new_counts = keyindex.stage(self, changes, batch)
             self._write(batch)
             self._commit_removed(new)
+            keyindex.commit(self, changes, new_counts)
             self._pending = pending
             if commitlog_end is not None:
                 self._reconcile_offset = commitlog_end
@@ -306,9 +346,13 @@ class RocksTimerStore:
             batch = WriteBatch(raw_mode=True)
             batch.delete(raw, self._timer_h)
             batch.put(K.META_PENDING, rocks_meta.pack_u64(self._pending - 1), self._meta_h)
+            changes = IndexChanges()
+            changes.removed(raw, keyindex.stored_keys(self, raw, value))
             new = self._stage_removed([value], batch)
+            new_counts = keyindex.stage(self, changes, batch)
             self._write(batch)
             self._commit_removed(new)
+            keyindex.commit(self, changes, new_counts)
             self._pending -= 1
             self._deletes_since_reclaim += 1
             return True
@@ -352,20 +396,53 @@ class RocksTimerStore:
                      if old is not None]
             present = [raw for raw, _ in found]
             batch = WriteBatch(raw_mode=True)
-            for raw in present:
+            changes = IndexChanges()
+            for raw, old in found:
                 batch.delete(raw, self._timer_h)
+                changes.removed(raw, keyindex.stored_keys(self, raw, old))
             pending = self._pending - len(present)
             batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
             batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(commitlog_end), self._meta_h)
             new = self._stage_removed([old for _, old in found], batch)
+            new_counts = keyindex.stage(self, changes, batch)
             self._write(batch)
             self._commit_removed(new)
+            keyindex.commit(self, changes, new_counts)
             self._pending = pending
             self._reconcile_offset = commitlog_end
             for raw in raws:
                 self._in_flight.pop(raw, None)
             self._deletes_since_reclaim += len(present)
             return len(present)
+
+    # -- by business key, reschedule, due counts (keyindex, reschedule, duecount) ------------
+    def find(self, topic: str, key: str, *, limit: int = 100,
+             after: str | None = None) -> ScanPage:
+        return keyindex.find(self, topic, key, limit, after)
+
+    def cancel_by_key(self, topic: str, key: str, now_ms: int) -> KeyCancel:
+        return rocks_reschedule.cancel_by_key(self, topic, key)
+
+    def reschedule(self, handles: Sequence[str], due_ms: int, now_ms: int) -> list[Rescheduled]:
+        targets = []
+        for handle in handles:
+            parsed = decode_handle(handle)
+            try:
+                targets.append((handle, K.encode_key(TimerKey(parsed.due_ms, parsed.topic,
+                                                               parsed.msg_id))))
+            except InvalidMessageError as exc:
+                raise InvalidHandleError(f"handle {handle!r} names no possible key: {exc}"
+                                         ) from None
+        return rocks_reschedule.reschedule(self, targets, due_ms, now_ms)
+
+    def reschedule_by_key(self, topic: str, key: str, due_ms: int, now_ms: int
+                          ) -> list[Rescheduled]:
+        return rocks_reschedule.reschedule_by_key(self, topic, key, due_ms, now_ms)
+
+    def count_due(self, ranges: Sequence[tuple[int | None, int | None]]) -> list[int]:
+        with self._lock:
+            self._check_open()
+            return self._due.count_many(ranges)
 
     def next_due_ms(self) -> int | None:
         """Due time of the first pending key not in flight (a seek from the cursor)."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import logging
 import operator
+import os
 import struct
 import threading
 from dataclasses import dataclass
@@ -54,9 +55,9 @@ CLASS_FACTOR = 1.5
 # upper bound (ms, exclusive) of each delay class; class 0 holds delays under 1.5 s
 CLASS_BOUNDS = [int(1000 * CLASS_FACTOR ** (c + 1)) for c in range(64)]
 MIN_SEAL_AGE_MS = 1_000
-COALESCE_GAP = 4096  # read two records in one pread when at most this many bytes lie between
-COALESCE_MAX = 1 << 20
+COALESCE_GAP = 4096  # one prefetch hint for two records at most this many bytes apart
 _POINTER = operator.itemgetter(1)
+_SEGMENT_OFFSET = operator.itemgetter(0, 1)
 
 
 def delay_class(delay_ms: int) -> int:
@@ -318,53 +319,46 @@ class ValueLog:
     def read_many(self, wanted: list[tuple[bytes, I.Pointer]]
                   ) -> dict[bytes, bytes | CorruptRecordError]:
         """The values of many pointers (key -> value, or the error of a damaged one), read in
-        segment order with neighbouring records coalesced into one ``pread`` (a claim batch
-        often takes runs of records that were written together)."""
+        segment and offset order by one native call (a ``pread`` per record, the GIL released
+        once for all of them)."""
         out: dict[bytes, bytes | CorruptRecordError] = {}
-        order = sorted(wanted, key=_POINTER)  # by segment, then offset
-        n, i = len(order), 0
-        while i < n:
-            key, first = order[i]
-            seg_id, start = first.segment, first.offset
-            end = start + first.length
-            j = i + 1
-            while j < n:
-                p = order[j][1]
-                if p.segment != seg_id or not 0 <= p.offset - end <= COALESCE_GAP \
-                        or p.offset + p.length - start > COALESCE_MAX:
-                    break
-                end = p.offset + p.length
-                j += 1
-            seg = self.segments.get(seg_id)
+        items: list[tuple[int, int, int, bytes]] = []
+        placed: list[I.Pointer] = []
+        segments = self.segments
+        for key, p in sorted(wanted, key=_POINTER):  # by segment, then offset
+            seg = segments.get(p.segment)
             if seg is None or seg.file is None:
-                for k, p in order[i:j]:
-                    out[k] = CorruptRecordError(f"vlog segment {seg_id} offset {p.offset}: the "
-                                                f"segment is missing",
-                                                where=f"vlog segment {seg_id} offset {p.offset}")
-                i = j
+                out[key] = CorruptRecordError(
+                    f"vlog segment {p.segment} offset {p.offset}: the segment is missing",
+                    where=f"vlog segment {p.segment} offset {p.offset}")
                 continue
-            data = seg.file.read(start, end - start)
-            group = order[i:j]
-            results = S.parse_run(data, [(p.offset - start, p.length, k) for k, p in group])
-            for (k, p), result in zip(group, results):
-                if type(result) is bytes:
-                    out[k] = result
-                else:
-                    where = f"vlog segment {seg_id} offset {p.offset}"
-                    out[k] = CorruptRecordError(f"{where}: {S.REFUSED[result]}", where=where,
-                                                raw=data[p.offset - start:p.offset - start
-                                                         + p.length])
-            i = j
+            items.append((seg.file.fd, p.offset, p.length, key))
+            placed.append(p)
+        for item, p, result in zip(items, placed, S.read_records(items)):
+            if type(result) is bytes:
+                out[item[3]] = result
+            else:
+                where = f"vlog segment {p.segment} offset {p.offset}"
+                out[item[3]] = CorruptRecordError(f"{where}: {S.REFUSED[result]}", where=where,
+                                                  raw=os.pread(item[0], p.length, p.offset))
         return out
 
     def will_need(self, pointers: Iterable[I.Pointer]) -> int:
         """Prefetch hints for records due soon; returns how many ranges were hinted."""
-        n = 0
-        for p in pointers:
+        n, current, start, end = 0, None, 0, 0
+        for p in sorted(pointers, key=_SEGMENT_OFFSET):  # neighbours merged into one range
+            if current is not None and p.segment == current.id and \
+                    p.offset - end <= COALESCE_GAP:
+                end = max(end, p.offset + p.length)
+                continue
+            if current is not None:
+                current.will_need(start, end - start)
             seg = self.segments.get(p.segment)
-            if seg is not None and seg.file is not None:
-                seg.file.will_need(p.offset, p.length)
-                n += 1
+            current = seg.file if seg is not None and seg.file is not None else None
+            start, end = p.offset, p.offset + p.length
+            n += current is not None
+        if current is not None:
+            current.will_need(start, end - start)
         return n
 
     # -- housekeeping -----------------------------------------------------------------------

@@ -39,19 +39,30 @@ def walk_slot(wheel: TimerWheel, timerlog: TimerLog, t_ms: int, state: WheelStat
             if state is not None:
                 state.counters["broken_links"] += 1
             log.error("wheel slot %d: unit at %d unreadable: %s", t_ms, pos, exc)
+            if 0 <= slot.first_pos < pos:
+                # the chain is broken (a corrupt unit, or one lost with a short or missing
+                # segment): the slot's older units lie between its first unit and here; find
+                # them by position instead of through the lost link
+                for upos, older in reversed(timerlog.units_between(slot.first_pos, pos)):
+                    if older.slot_ms == t_ms:
+                        _collect(cursor, markers, upos, older)
             break
         if unit.slot_ms != t_ms:
             break  # a link left from an older round
-        if unit.magic & MAGIC_DELETE and not unit.magic & MAGIC_ROLL:
-            markers.append(unit)
-        else:
-            cursor.add(pos, unit.commitlog_offset, unit.write_ms, unit.record_size, unit.magic)
+        _collect(cursor, markers, pos, unit)
         if unit.prev_pos >= pos:
             break
         pos = unit.prev_pos
     cursor.reverse()
     markers.reverse()
     return cursor, markers
+
+
+def _collect(cursor: SlotCursor, markers: list, pos: int, unit) -> None:
+    if unit.magic & MAGIC_DELETE and not unit.magic & MAGIC_ROLL:
+        markers.append(unit)
+    else:
+        cursor.add(pos, unit.commitlog_offset, unit.write_ms, unit.record_size, unit.magic)
 
 
 def convert(msg: Message, enqueue_ms: int, now_ms: int, roll: bool) -> Message:

@@ -84,6 +84,9 @@ class EnqueueService:
             log.error("wheel enqueue: message at %d has no valid TIMER_OUT_MS",
                       entry.commitlog_offset)
             return
+        if out_ms < st.rewind_floor_ms and entry.queue_offset < st.replay_end:
+            st.counters["rewind_skipped"] += 1  # its slot was read before the loss
+            return
         is_marker = TIMER_DEL_UNIQKEY in msg.properties
         real_topic = msg.properties.get(REAL_TOPIC)
         w = st.write_time_ms

@@ -1,8 +1,9 @@
 """Recovery on open: revise the wheel from the TimerLog tail, truncate torn units, pick offsets.
 
 RocketMQ's load/recover: rescan from one segment before the checkpoint's flush position,
-revising each unit's slot so last_pos is its newest unit; cut the log at the first unit whose
-size is not 52 or whose magic is bad; restart the enqueue from the smaller of the last unit's
+revising each unit's slot so last_pos is its newest unit; cut the log where its torn tail
+starts (a unit whose size is not 52 or whose magic is bad with no valid unit after it; a bad unit
+with valid ones after it is corruption, counted and skipped, never a reason to cut); restart the enqueue from the smaller of the last unit's
 queue offset + 1 and the checkpoint's; never look back further than the wheel can hold.
 """
 from __future__ import annotations
@@ -77,8 +78,33 @@ def recover(state: WheelState, wheel: TimerWheel, timerlog: TimerLog, message_st
     state.queue_offset = queue_offset
     state.replay_end = max(last_unit_offset or 0, checkpoint.master_queue_offset)
     state.replay_skip = skip if queue_offset < state.replay_end else set()
+    lost = _lost_units(timerlog, checkpoint, existed, end)
+    if existed and wheel.created and checkpoint.flush_pos > 0:
+        lost.append("the timer wheel file was missing")
+    if lost and cq is not None:
+        # units the checkpoint counted as durable are gone: enqueue the timer topic again from
+        # its first retained entry, skipping what surviving units index and what the dequeuer
+        # had already passed (at-least-once, as the wheel always is)
+        log.error("wheel recovery: %s; re-enqueueing the timer topic from queue offset %d",
+                  "; ".join(lost), cq.min_offset)
+        state.replay_skip = {unit.commitlog_offset
+                             for _, unit in timerlog.scan_units(timerlog.min_offset)}
+        state.queue_offset = queue_offset = cq.min_offset
+        state.replay_end = cq.max_offset
+        state.rewind_floor_ms = checkpoint.read_time_ms if existed else -1
     return {"pos0": pos0, "scanned_units": scanned, "revised_slots": revised,
             "truncated_bytes": truncated, "cleared_slots": cleared,
+            "corrupt_units": timerlog.corrupt_units, "lost": lost,
             "queue_offset": queue_offset, "read_time_ms": read_time,
             "last_unit_queue_offset": last_unit_offset if last_unit_offset is not None else -1,
             "checkpoint_existed": existed}
+
+
+def _lost_units(timerlog: TimerLog, checkpoint: Checkpoint, existed: bool, end: int
+                ) -> list[str]:
+    lost = [f"timerlog segment {name} is missing" for name in timerlog.missing_segments]
+    lost += [f"timerlog segment {name} is short" for name in timerlog.short_segments]
+    if existed and end < checkpoint.flush_pos:
+        lost.append(f"timerlog ends at {end}, before the checkpoint's flushed position "
+                    f"{checkpoint.flush_pos}")
+    return lost

@@ -80,12 +80,13 @@ class WheelState:
     expired_outstanding: set[int] = field(default_factory=set)
     replay_skip: set[int] = field(default_factory=set)  # commitlog offsets already in the log
     replay_end: int = 0
+    rewind_floor_ms: int = -1  # after a TimerLog loss: entries due before this were delivered
     timing: dict[str, int] = field(default_factory=dict)
     marker_watch: dict[int, bool | None] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("enqueued", "markers", "roll_parks", "rolls", "expired", "expired_markers", "deleted",
          "unreadable", "bad_timer_out", "replay_skipped", "cq_skipped", "broken_links",
-         "delivered"), 0))
+         "delivered", "rewind_skipped"), 0))
 
     def floor(self, t_ms: int) -> int:
         return t_ms - t_ms % self.precision_ms

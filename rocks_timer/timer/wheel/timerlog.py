@@ -9,7 +9,9 @@ readable before the wheel slot that points at it is written, even across ``kill 
 from __future__ import annotations
 
 import bisect
+import logging
 import os
+import struct
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -18,6 +20,19 @@ from rocks_timer.errors import ConfigError, CorruptRecordError, StoreClosedError
 from rocks_timer.private import FILE_MODE
 from rocks_timer.timer.wheel.layouts import (BLANK, BLANK_MAGIC, MIN_BLANK_LEN, UNIT, UNIT_SIZE,
                                              Unit, is_magic_ok)
+
+log = logging.getLogger(__name__)
+
+
+def _next_valid(data: bytes, pos: int) -> int | None:
+    """The first unit position at or after ``pos`` (units are 52-byte aligned from the segment
+    start, so ``pos`` is too) holding a valid unit, or None."""
+    while pos + UNIT_SIZE <= len(data):
+        size, _prev, magic = struct.unpack_from(">iqi", data, pos)
+        if size == UNIT_SIZE and is_magic_ok(magic):
+            return pos
+        pos += UNIT_SIZE
+    return None
 
 
 class _Segment:
@@ -47,6 +62,8 @@ class TimerLog:
         self._closed = False
         self.bytes_written = 0
         self.flushed_where = 0
+        self.damage: dict[int, int] = {}  # offset -> bytes of corrupt units skipped by scans
+        self.corrupt_units = 0
         for path in sorted(self.directory.iterdir()):
             if path.name.isdigit() and len(path.name) == 20:
                 size = path.stat().st_size
@@ -54,6 +71,13 @@ class TimerLog:
                     raise ConfigError(f"timerlog segment {path} is {size} bytes, larger than the "
                                       f"configured segment size {segment_size}")
                 self._add_segment(int(path.name), size)
+        # a segment missing before the last one: its units (and the messages they index) are
+        # gone from the wheel; recovery re-enqueues them from the timer topic
+        self.missing_segments = [f"{start:020d}" for start in range(
+            self._starts[0] if self._starts else 0, self._starts[-1] if self._starts else 0,
+            segment_size) if start not in set(self._starts)]
+        self.short_segments = [s.path.name for s in self._segments[:-1]
+                               if s.written != segment_size]
         self.flushed_where = self.max_offset
 
     # -- bookkeeping --------------------------------------------------------------------------
@@ -167,8 +191,10 @@ class TimerLog:
     def scan_units(self, from_offset: int) -> Iterator[tuple[int, Unit]]:
         """Valid units from the start of the segment holding ``from_offset`` on.
 
-        A segment ends at a blank; the scan stops at the first unit whose size is not 52 or
-        whose magic is bad. ``scan_end`` is set to the end of the valid data afterwards.
+        A segment ends at a blank. A unit whose size is not 52 or whose magic is bad ends the
+        scan only when no valid unit follows it (a torn tail); otherwise it is corruption: it
+        is counted in ``corrupt_units``, remembered in ``damage`` and skipped, and the scan
+        goes on. ``scan_end`` is set to the end of the valid data afterwards.
         """
         self._check_open()
         self.write_out()
@@ -176,7 +202,7 @@ class TimerLog:
             i = max(0, bisect.bisect_right(self._starts, from_offset) - 1)
             segments = list(self._segments[i:])
         self.scan_end = segments[0].start if segments else 0
-        for segment in segments:
+        for n, segment in enumerate(segments):
             data = os.pread(segment.fd, segment.written, 0)
             pos = 0
             while True:
@@ -184,18 +210,45 @@ class TimerLog:
                     size, _zero, magic = BLANK.unpack_from(data, pos)
                     if magic == BLANK_MAGIC and size == self.segment_size - pos:
                         break  # the rest of this segment is the blank filler
-                if pos + UNIT_SIZE > len(data):
+                if pos + UNIT_SIZE <= len(data):
+                    fields = UNIT.unpack_from(data, pos)
+                    if fields[0] == UNIT_SIZE and is_magic_ok(fields[2]):
+                        yield segment.start + pos, Unit(*fields)
+                        pos += UNIT_SIZE
+                        continue
+                if pos == len(data) and n + 1 < len(segments):
+                    break  # a short sealed segment: reported by short_segments, not damage
+                nxt = _next_valid(data, pos + UNIT_SIZE)
+                if nxt is None and not any(_next_valid(os.pread(s.fd, s.written, 0), 0)
+                                           is not None for s in segments[n + 1:]):
                     self.scan_end = segment.start + pos
-                    return
-                fields = UNIT.unpack_from(data, pos)
-                if fields[0] != UNIT_SIZE or not is_magic_ok(fields[2]):
-                    self.scan_end = segment.start + pos
-                    return
-                yield segment.start + pos, Unit(*fields)
-                pos += UNIT_SIZE
+                    return  # a torn tail: nothing valid after it
+                stop = nxt if nxt is not None else len(data)
+                self._note_damage(segment.start + pos, stop - pos)
+                if nxt is None:
+                    break
+                pos = nxt
             self.scan_end = segment.start + self.segment_size
         if segments:
             self.scan_end = segments[-1].start + segments[-1].written
+
+    def _note_damage(self, offset: int, length: int) -> None:
+        if offset not in self.damage:
+            self.damage[offset] = length
+            self.corrupt_units += max(1, length // UNIT_SIZE)
+            log.error("timerlog %s: %d corrupt bytes at offset %d skipped (valid units follow)",
+                      self.directory, length, offset)
+
+    def units_between(self, start: int, end: int) -> list[tuple[int, Unit]]:
+        """Valid units at positions in [start, end), skipping damage (a broken slot chain is
+        recovered from these)."""
+        found = []
+        for pos, unit in self.scan_units(start):
+            if pos >= end:
+                break
+            if pos >= start:
+                found.append((pos, unit))
+        return found
 
     # -- recovery and cleanup -------------------------------------------------------------------
     def truncate(self, offset: int) -> int:

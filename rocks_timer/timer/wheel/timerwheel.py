@@ -33,6 +33,7 @@ class TimerWheel:
         self.file_size = self.wheel_slots * SLOT_SIZE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         exists = self.path.exists() and self.path.stat().st_size > 0
+        self.created = not exists  # recovery: a wheel lost under a TimerLog re-enqueues
         if exists and self.path.stat().st_size != self.file_size:
             raise ConfigError(
                 f"timer wheel {self.path} is {self.path.stat().st_size} bytes; this configuration "
