@@ -113,6 +113,7 @@ class Broker(KeyedOperations):
             self.consumer_offsets = ConsumerOffsets(self.path)
             self.clamped_offsets = self.consumer_offsets.clamp(self.max_offset)
         except BaseException:
+            self._close_opened()
             self._release()
             raise
 
@@ -134,6 +135,16 @@ class Broker(KeyedOperations):
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
+
+    def _close_opened(self) -> None:
+        """A failed open closes what it had opened (threads, files, RocksDB locks)."""
+        for part in ("levels", "timer", "messages"):
+            opened = self.__dict__.get(part)
+            if opened is not None:
+                try:
+                    opened.close()
+                except Exception:  # noqa: BLE001 - the open's own error is the one to raise
+                    log.exception("closing %s after a failed open", part)
 
     def _release(self) -> None:
         if self._lock_fd is not None:

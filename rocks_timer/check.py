@@ -150,6 +150,7 @@ def _check_timer(report: CheckReport, broker) -> None:
         result = engine_check()
     except RocksTimerError as exc:  # a corrupt SST, for instance: the report says so
         report.add(f"timer engine {timer.name}: {exc}")
+        report.figures["timer"] = {"engine": timer.name, "pending": timer.pending_count()}
         return
     for problem in result.get("problems", []):
         report.add(f"timer engine {timer.name}: {problem}")

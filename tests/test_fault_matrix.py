@@ -21,19 +21,27 @@ consumer still gets, how many timer messages are pending, what ``stats``/``check
     consumequeue last  wrong size      all (junk tail cut)        recovery: file too long   0
     consumequeue mid   wrong size      all                        file too long (check)     1
     consumequeue       permissions     everything (refused)       OS error naming file      1
+    level queue entry  tags code zeroed  delivered on time, not early  counted (early_tags)  0
     timerlog (wheel)   torn tail       all pending                -                         0
     timerlog (wheel)   flipped byte    all but that unit's one    corrupt unit              1
     timerlog (wheel)   missing         all pending (re-enqueued)  recovery: lost            0
+    timerlog (wheel)   truncated mid   all pending (re-enqueued)  recovery: lost            0
+    timerlog (wheel)   wrong size      everything (refused)       ConfigError               1
+    timerlog (wheel)   permissions     everything (refused)       OS error naming file      1
     timerwheel         missing         all pending (re-enqueued)  recovery: lost            0
     timerwheel         wrong size      everything (refused)       ConfigError               1
-    timercheck         flipped byte    everything (refused)       CorruptRecordError        1
+    timercheck         truncated       everything (refused)       CorruptRecordError        1
+    timercheck         missing         all pending                -                         0
     vlog segment       torn tail       all but the torn record    set aside when due        1
     vlog segment       flipped byte    all but that record        check names it            1
     vlog segment       missing         the other segments         check names it            1
+    vlog segment       permissions     everything (refused)       OS error naming file      1
     rocksdb CURRENT    missing         everything (refused)       `rtimer repair` named     1
     engine.json        flipped byte    everything (refused)       ConfigError naming it     1
+    engine.json        missing         all (engine from the files) -                        0
     consumerOffset     flipped byte    everything (refused)       CorruptRecordError        1
     consumerOffset     permissions     consume refused            OS error naming file      1
+    consumerOffset     missing         all (groups start over)    -                         0
     delayOffset        flipped byte    all (falls back to .bak)   offset file problems      0
 """
 from __future__ import annotations
@@ -295,6 +303,20 @@ def test_consumequeue_file_without_permission_is_refused(tmp_path):
     assert rtimer_check(tmp_path)[0] == 0
 
 
+def test_a_level_entry_whose_due_time_was_zeroed_is_not_delivered_early(tmp_path):
+    seed(tmp_path)
+    entry = tmp_path / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "2" / f"{0:020d}"
+    data = bytearray(entry.read_bytes())
+    data[12:20] = bytes(8)  # the tags code: the level message's deliver time
+    entry.write_bytes(bytes(data))
+    with reopen(tmp_path) as broker:
+        assert broker.tick() == 0 and broker.pull("levelled") == []
+        assert broker.levels.stats()["levels"][3]["early_tags"] >= 1
+        broker.clock.set(START_MS + 10_000)
+        assert broker.tick() == 1 and broker.pull("levelled")[0].body == b"lv"
+    assert rtimer_check(tmp_path)[0] == 0
+
+
 # -- the file wheel: TimerLog, wheel, checkpoint -----------------------------------------------
 def wheel_pending(broker: Broker) -> list[bytes]:
     """Deliver every pending timer message (an hour on) and return the bodies' prefixes."""
@@ -345,6 +367,56 @@ def test_a_lost_timerlog_or_wheel_is_rebuilt_from_the_timer_topic(tmp_path, lost
     assert rtimer_check(tmp_path)[0] == 0
 
 
+def test_timerlog_truncated_middle_segment_is_re_enqueued(tmp_path):
+    """Small TimerLog segments (the broker uses 64 MiB ones): the wheel engine directly."""
+    from rocks_timer.message_store import MessageStore
+    from rocks_timer.timer.store import TimerRecord
+    from rocks_timer.timer.wheel import WheelTimerStore
+    clock = ManualClock(START_MS)
+    conf = config("wheel")
+
+    def open_wheel():
+        store = MessageStore.open(tmp_path, conf, clock)
+        return store, WheelTimerStore.open(tmp_path / "wheel", store, conf, clock=clock,
+                                           timerlog_segment_size=52 * 10 + 16)
+    store, wheel = open_wheel()
+    wheel.schedule([TimerRecord(START_MS + HOUR + i, Message("later", b"%03d" % i))
+                    for i in range(40)], START_MS)
+    wheel.maintain(START_MS)
+    wheel.close(), store.close()
+    middle = tmp_path / "wheel" / "timerlog" / f"{536:020d}"
+    os.truncate(middle, 3 * 52)
+    store, wheel = open_wheel()
+    assert wheel.recovery["lost"] == [f"timerlog segment {536:020d} is short"]
+    clock.set(START_MS + 2 * HOUR)
+    got = set()
+    for _ in range(20):
+        wheel.maintain(clock.now_ms())
+        records = wheel.claim_due(clock.now_ms(), 1000, 1 << 24)
+        got |= {r.message.body for r in records}
+        wheel.complete(records, None)
+    assert got == {b"%03d" % i for i in range(40)}
+    wheel.close(), store.close()
+
+
+def test_timerlog_segment_of_the_wrong_size_is_refused(tmp_path):
+    seed(tmp_path, "wheel")
+    os.truncate(tmp_path / "wheel" / "timerlog" / f"{0:020d}", (64 << 20) + 1)  # sparse
+    with pytest.raises(ConfigError, match="timerlog segment .* larger than the configured"):
+        reopen(tmp_path, "wheel")
+    assert rtimer_check(tmp_path)[0] == 1
+
+
+def test_timerlog_without_permission_is_refused(tmp_path):
+    seed(tmp_path, "wheel")
+    with Denied(tmp_path / "wheel" / "timerlog" / f"{0:020d}"):
+        with pytest.raises(PermissionError):
+            reopen(tmp_path, "wheel")
+        assert rtimer_check(tmp_path)[0] == 1
+    with reopen(tmp_path, "wheel") as broker:
+        assert wheel_pending(broker) == ALL_LATER
+
+
 def test_timerwheel_of_the_wrong_size_is_refused(tmp_path):
     seed(tmp_path, "wheel")
     os.truncate(tmp_path / "wheel" / "timerwheel", 4096)
@@ -357,10 +429,14 @@ def test_a_damaged_wheel_checkpoint_is_a_clear_error(tmp_path):
     seed(tmp_path, "wheel")
     path = tmp_path / "wheel" / "config" / "timercheck"
     path.write_bytes(path.read_bytes()[:5])
-    with pytest.raises(CorruptRecordError, match="checkpoint"):
+    with pytest.raises(CorruptRecordError, match="checkpoint .* is damaged.*move it away"):
         reopen(tmp_path, "wheel")
     code, out = rtimer_check(tmp_path)
     assert code == 1 and "timercheck" in out
+    path.unlink()  # the way out the error names
+    with reopen(tmp_path, "wheel") as broker:
+        assert broker.check().ok
+        assert wheel_pending(broker) == ALL_LATER
 
 
 # -- the RocksDB engine's value segments and index ---------------------------------------------
@@ -409,6 +485,17 @@ def test_vlog_segment_missing(tmp_path):
         assert kept(broker) == list(range(N))
 
 
+def test_vlog_segment_without_permission_is_refused(tmp_path):
+    seed(tmp_path)
+    [seg] = vlog_files(tmp_path)
+    with Denied(seg):
+        with pytest.raises(PermissionError):
+            reopen(tmp_path)
+        assert rtimer_check(tmp_path)[0] == 1
+    with reopen(tmp_path) as broker:
+        assert delivered_later(broker) == ALL_LATER
+
+
 def test_rocksdb_store_without_current_is_refused(tmp_path):
     seed(tmp_path)
     (tmp_path / "timer-rocksdb" / "CURRENT").unlink()
@@ -427,6 +514,28 @@ def test_engine_record_flipped_byte_is_a_clear_error(tmp_path):
         reopen(tmp_path)
     code, out = rtimer_check(tmp_path)
     assert code == 1 and "engine.json is damaged" in out
+
+
+@pytest.mark.parametrize("engine", ["rocksdb", "wheel"])
+def test_a_missing_engine_record_is_inferred_from_the_files(tmp_path, engine):
+    seed(tmp_path, engine)
+    (tmp_path / "config" / "engine.json").unlink()
+    result = CliRunner().invoke(cli, ["--data-dir", str(tmp_path), "stats", "--json"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0 and json.loads(result.output)["engine"] == engine
+    assert json.loads((tmp_path / "config" / "engine.json").read_text())["timer_engine"] == engine
+    with reopen(tmp_path, engine) as broker:
+        assert broker.stats()["pending"] == PENDING and broker.check().ok
+
+
+def test_missing_consumer_offsets_start_the_groups_over(tmp_path):
+    from cli import ops
+    seed(tmp_path)
+    (tmp_path / "config" / "consumerOffset.json").unlink()
+    with reopen(tmp_path) as broker:
+        consumed = ops.consume(broker, tmp_path, topic="orders", group="g", max_messages=5)
+        assert [m["queue_offset"] for m in consumed["messages"]] == [0, 1, 2, 3, 4]
+        assert broker.check().ok
 
 
 def test_consumer_offsets_flipped_byte_is_a_clear_error(tmp_path):
