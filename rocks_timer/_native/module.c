@@ -35,6 +35,8 @@ static PyMethodDef methods[] = {
      "Read and check value-segment records, one pread each, the GIL released once."},
     {"route_common", route_common, METH_VARARGS,
      "Route a common send (see routing.py); None to let the Python path decide."},
+    {"claim_batch", claim_batch, METH_VARARGS,
+     "The RocksDB claim's work after the index walk: budget, segment reads, prepared copies."},
     {"delivery_copies", delivery_copies, METH_VARARGS,
      "Timer values to prepared CommitLog records (TIMER_OUT_MS, TIMER_DEQUEUE_MS added), or None."},
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},

@@ -14,7 +14,7 @@ static uint32_t get32(const unsigned char *p) {
 
 /* The record of ``length`` bytes at ``at`` of ``data``: its value (new reference), or the
  * interned-free str code of why it is refused. */
-static PyObject *parse_one(const unsigned char *data, Py_ssize_t size, Py_ssize_t at,
+PyObject *vlog_parse_one(const unsigned char *data, Py_ssize_t size, Py_ssize_t at,
                            Py_ssize_t length, PyObject *key) {
     if (at < 0 || length < VLOG_HEADER || at > size || length > size - at)
         return PyUnicode_FromString("past-end");
@@ -52,7 +52,7 @@ PyObject *vlog_parse(PyObject *self, PyObject *args) {
                 PyErr_SetString(PyExc_TypeError, "vlog_parse: items are (at, length, key)");
             goto fail;
         }
-        PyObject *res = parse_one(buf.buf, buf.len, at, length, key);
+        PyObject *res = vlog_parse_one(buf.buf, buf.len, at, length, key);
         if (res == NULL) goto fail;
         PyList_SET_ITEM(out, i, res);
     }
@@ -183,7 +183,7 @@ PyObject *vlog_read(PyObject *self, PyObject *args) {
     if ((out = PyList_New(n)) == NULL) goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         read_t *r = &reads[i];
-        PyObject *res = parse_one(buf + r->at, r->got, 0, r->length, r->key);
+        PyObject *res = vlog_parse_one(buf + r->at, r->got, 0, r->length, r->key);
         if (res == NULL) { Py_CLEAR(out); goto done; }
         PyList_SET_ITEM(out, i, res);
     }

@@ -308,7 +308,12 @@ class RocksTimerStore:
             keyed = self._keyed
             for raw, record in done.items():
                 batch.delete(raw, self._timer_h)
-                changes.removed(raw, keyindex.message_keys(record.message) if keyed else ())
+                if not keyed:
+                    changes.removed(raw)
+                elif type(record) is claim.ClaimedRecord:
+                    changes.removed(raw, record.message_keys())
+                else:
+                    changes.removed(raw, keyindex.message_keys(record.message))
             pending = self._pending - len(done)
             batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
             batch.put(K.META_CURSOR, self._cursor(without=done), self._meta_h)
