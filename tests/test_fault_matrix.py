@@ -31,6 +31,8 @@ consumer still gets, how many timer messages are pending, what ``stats``/``check
     timerwheel         missing         all pending (re-enqueued)  recovery: lost            0
     timerwheel         wrong size      everything (refused)       ConfigError               1
     timercheck         truncated       everything (refused)       CorruptRecordError        1
+    wheel format.json  flipped byte    everything (refused)       ConfigError               1
+    timermetrics       flipped byte    all (counts from .bak)     -                         0
     timercheck         missing         all pending                -                         0
     vlog segment       torn tail       all but the torn record    set aside when due        1
     vlog segment       flipped byte    all but that record        check names it            1
@@ -340,6 +342,26 @@ def test_a_damaged_wheel_checkpoint_is_a_clear_error(tmp_path):
     path.unlink()  # the way out the error names
     with reopen(tmp_path, "wheel") as broker:
         assert broker.check().ok
+        assert wheel_pending(broker) == ALL_LATER
+
+
+def test_a_damaged_wheel_format_record_is_a_clear_error(tmp_path):
+    seed(tmp_path, "wheel")
+    path = tmp_path / "wheel" / "config" / "format.json"
+    path.write_bytes(b"\xff" + path.read_bytes()[1:])
+    with pytest.raises(ConfigError, match="format.json is unreadable"):
+        reopen(tmp_path, "wheel")
+    code, out = rtimer_check(tmp_path)
+    assert code == 1 and "format.json is unreadable" in out
+
+
+def test_damaged_wheel_metrics_fall_back(tmp_path):
+    seed(tmp_path, "wheel")
+    with reopen(tmp_path, "wheel"):
+        pass  # a second save: timermetrics.bak exists
+    flip(tmp_path / "wheel" / "config" / "timermetrics", 0)
+    with reopen(tmp_path, "wheel") as broker:
+        assert broker.stats()["pending"] == PENDING and broker.check().ok
         assert wheel_pending(broker) == ALL_LATER
 
 
