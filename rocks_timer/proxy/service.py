@@ -280,24 +280,24 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @answers(svc.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "forwarding to the dead-letter queue is done by "
+        raise ProxyError(Code.UNSUPPORTED, "forwarding to the dead-letter queue is done by "
                          "the broker when a message runs out of attempts")
 
     async def PullMessage(self, request, context):
-        yield svc.PullMessageResponse(status=status(Code.NOT_IMPLEMENTED,
+        yield svc.PullMessageResponse(status=status(Code.UNSUPPORTED,
                                                     "PullMessage is not supported"))
 
     @answers(svc.UpdateOffsetResponse)
     async def UpdateOffset(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "UpdateOffset is not supported")
+        raise ProxyError(Code.UNSUPPORTED, "UpdateOffset is not supported")
 
     @answers(svc.GetOffsetResponse)
     async def GetOffset(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "GetOffset is not supported")
+        raise ProxyError(Code.UNSUPPORTED, "GetOffset is not supported")
 
     @answers(svc.QueryOffsetResponse)
     async def QueryOffset(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "QueryOffset is not supported")
+        raise ProxyError(Code.UNSUPPORTED, "QueryOffset is not supported")
 
     @answers(svc.SyncLiteSubscriptionResponse)
     async def SyncLiteSubscription(self, request, context):
