@@ -57,6 +57,9 @@ class CheckReport:
         return {"ok": self.ok, "problems": list(self.problems),
                 "more_problems": self.more_problems, **self.figures}
 
+    def __getitem__(self, key: str) -> Any:  # report["problems"], as the engines' checks read
+        return self.as_dict()[key]
+
 
 class _Entries:
     """A queue's entries read in chunks, for comparing with records in log order."""

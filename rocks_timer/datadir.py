@@ -56,7 +56,8 @@ def read_format(data_dir: Path | str) -> dict[str, Any] | None:
     valid = {f: int for f in BROKER_FORMAT} | {"timer_precision_ms": int, "timer_engine": str}
     if not isinstance(stored, dict) or not isinstance(stored.get("timer_engine"), str) or any(
             name not in valid for name in stored) or any(
-            name in stored and (not isinstance(stored[name], kind) or isinstance(stored[name], bool))
+            name in stored and (not isinstance(stored[name], kind)
+                                or isinstance(stored[name], bool))
             for name, kind in valid.items()):
         raise ConfigError(
             f"{path} is damaged ({len(raw)} bytes, not the data dir's engine record, or one "

@@ -31,6 +31,8 @@ consumer still gets, how many timer messages are pending, what ``stats``/``check
     timerwheel         missing         all pending (re-enqueued)  recovery: lost            0
     timerwheel         wrong size      everything (refused)       ConfigError               1
     timercheck         truncated       everything (refused)       CorruptRecordError        1
+    wheel format.json  flipped byte    everything (refused)       ConfigError               1
+    timermetrics       flipped byte    all (counts from .bak)     -                         0
     timercheck         missing         all pending                -                         0
     vlog segment       torn tail       all but the torn record    set aside when due        1
     vlog segment       flipped byte    all but that record        check names it            1
@@ -39,114 +41,28 @@ consumer still gets, how many timer messages are pending, what ``stats``/``check
     rocksdb CURRENT    missing         everything (refused)       `rtimer repair` named     1
     engine.json        flipped byte    everything (refused)       ConfigError naming it     1
     engine.json        missing         all (engine from the files) -                        0
-    consumerOffset     flipped byte    everything (refused)       CorruptRecordError        1
+    consumerOffset     flipped byte    all; consume refused       CorruptRecordError        1
     consumerOffset     permissions     consume refused            OS error naming file      1
     consumerOffset     missing         all (groups start over)    -                         0
     delayOffset        flipped byte    all (falls back to .bak)   offset file problems      0
 """
+
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from rocks_timer import Broker, BrokerConfig, ConfigError, CorruptRecordError, ManualClock, Message
+from rocks_timer import ConfigError, CorruptRecordError, ManualClock, Message
 
 from engine_helpers import START_MS
-
-SEGMENT = 96 * 1024
-N = 60
-PENDING = 5
-HOUR = 3_600_000
-
-
-def config(engine: str = "rocksdb") -> BrokerConfig:
-    return BrokerConfig(timer_engine=engine, commitlog_segment_size=SEGMENT,
-                        max_message_size=64 * 1024, consume_queue_entries_per_file=16,
-                        rocksdb_layout="vlog", vlog_inline_max_bytes=0)
-
-
-def seed(path: Path, engine: str = "rocksdb") -> dict:
-    """60 messages of ~4 KB on orders (three CommitLog segments), 5 pending timer messages, a
-    level message, a consumer group at offset 10. Returns where things landed."""
-    clock = ManualClock(START_MS)
-    with Broker.open(path, config(engine), clock=clock) as broker:
-        results = broker.send_batch([Message("orders", b"m%03d" % i + bytes(4000))
-                                     for i in range(N)])
-        for i in range(PENDING):
-            broker.send(Message("later", b"t%d" % i + bytes(600)), delay_ms=HOUR + i)
-        broker.send(Message("levelled", b"lv"), delay_level=3)
-        broker.tick()
-        broker.consumer_offsets.commit("orders", "g", 0, 10)
-        offsets = [broker.pull("orders", 0, i, 1)[0].commitlog_offset for i in range(N)]
-        assert broker.check().ok
-    return {"offsets": offsets, "results": results}
-
-
-def reopen(path: Path, engine: str = "rocksdb") -> Broker:
-    return Broker.open(path, config(engine), clock=ManualClock(START_MS))
-
-
-def kept(broker: Broker) -> list[int]:
-    """Indexes of the orders messages a consumer gets, walking the whole queue."""
-    got, offset = [], 0
-    while True:
-        messages, nxt = broker.messages.pull_page("orders", 0, offset, 7)
-        got += [int(m.body[1:4]) for m in messages]
-        if nxt == offset:
-            return got
-        offset = nxt
-
-
-def rtimer_check(path: Path) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, ["--data-dir", str(path), "check"], catch_exceptions=False)
-    assert "Traceback" not in result.output
-    return result.exit_code, result.output
-
-
-def segment(path: Path, n: int) -> Path:
-    return path / "commitlog" / f"{n * SEGMENT:020d}"
-
-
-def flip(file: Path, at: int) -> None:
-    data = bytearray(file.read_bytes())
-    data[at] ^= 0x5A
-    file.write_bytes(bytes(data))
-
-
-def cq_file(path: Path, n: int) -> Path:
-    return path / "consumequeue" / "orders" / "0" / f"{n * 16 * 20:020d}"
-
-
-class Denied:
-    """Make a file unusable by this process: mode 000, or, for root (whom modes do not stop),
-    the immutable attribute, which refuses opening it for writing."""
-
-    def __init__(self, file: Path):
-        self.file = file
-
-    def __enter__(self):
-        if os.geteuid() == 0:
-            done = subprocess.run(["chattr", "+i", str(self.file)], capture_output=True)
-            if done.returncode != 0:
-                if os.environ.get("CI") == "true":
-                    pytest.fail(f"chattr +i failed: {done.stderr!r}")
-                pytest.skip("running as root on a file system without chattr +i")
-        else:
-            self.file.chmod(0)
-        return self
-
-    def __exit__(self, *exc):
-        if os.geteuid() == 0:
-            subprocess.run(["chattr", "-i", str(self.file)], check=True)
-        else:
-            self.file.chmod(0o600)
+from fault_support import (ALL_LATER, HOUR, N, PENDING, SEGMENT, Denied, config, cq_file,
+                           delivered_later, flip, kept, reopen, rtimer_check, seed, segment,
+                           vlog_files, wheel_pending)
 
 
 # -- CommitLog -------------------------------------------------------------------------------
@@ -318,18 +234,6 @@ def test_a_level_entry_whose_due_time_was_zeroed_is_not_delivered_early(tmp_path
 
 
 # -- the file wheel: TimerLog, wheel, checkpoint -----------------------------------------------
-def wheel_pending(broker: Broker) -> list[bytes]:
-    """Deliver every pending timer message (an hour on) and return the bodies' prefixes."""
-    clock = broker.clock
-    clock.set(START_MS + 2 * HOUR)
-    for _ in range(30):
-        broker.tick()
-    return sorted({m.body[:2] for m in broker.pull("later", 0, 0, 100)})
-
-
-ALL_LATER = [b"t%d" % i for i in range(PENDING)]
-
-
 def test_timerlog_torn_tail_keeps_the_pending_messages(tmp_path):
     seed(tmp_path, "wheel")
     log = tmp_path / "wheel" / "timerlog" / f"{0:020d}"
@@ -353,6 +257,8 @@ def test_timerlog_flipped_unit_is_skipped_and_the_others_kept(tmp_path):
                                    "skipped"]
         assert wheel_pending(broker) == [b"t0", b"t2", b"t3", b"t4"]
     assert rtimer_check(tmp_path)[0] == 1
+    stats = CliRunner().invoke(cli, ["--data-dir", str(tmp_path), "stats"]).output
+    assert "DAMAGED" in stats and "1 corrupt TimerLog unit(s) skipped" in stats
 
 
 @pytest.mark.parametrize("lost", ["timerlog", "timerwheel"])
@@ -439,18 +345,27 @@ def test_a_damaged_wheel_checkpoint_is_a_clear_error(tmp_path):
         assert wheel_pending(broker) == ALL_LATER
 
 
+def test_a_damaged_wheel_format_record_is_a_clear_error(tmp_path):
+    seed(tmp_path, "wheel")
+    path = tmp_path / "wheel" / "config" / "format.json"
+    path.write_bytes(b"\xff" + path.read_bytes()[1:])
+    with pytest.raises(ConfigError, match="format.json is unreadable"):
+        reopen(tmp_path, "wheel")
+    code, out = rtimer_check(tmp_path)
+    assert code == 1 and "format.json is unreadable" in out
+
+
+def test_damaged_wheel_metrics_fall_back(tmp_path):
+    seed(tmp_path, "wheel")
+    with reopen(tmp_path, "wheel"):
+        pass  # a second save: timermetrics.bak exists
+    flip(tmp_path / "wheel" / "config" / "timermetrics", 0)
+    with reopen(tmp_path, "wheel") as broker:
+        assert broker.stats()["pending"] == PENDING and broker.check().ok
+        assert wheel_pending(broker) == ALL_LATER
+
+
 # -- the RocksDB engine's value segments and index ---------------------------------------------
-def vlog_files(path: Path) -> list[Path]:
-    return sorted((path / "timer-rocksdb" / "vlog").glob("*.vlog"))
-
-
-def delivered_later(broker: Broker) -> list[bytes]:
-    broker.clock.set(START_MS + 2 * HOUR)
-    for _ in range(10):
-        broker.tick()
-    return sorted(m.body[:2] for m in broker.pull("later", 0, 0, 100))
-
-
 def test_vlog_segment_torn_tail(tmp_path):
     seed(tmp_path)
     [seg] = vlog_files(tmp_path)
@@ -541,10 +456,14 @@ def test_missing_consumer_offsets_start_the_groups_over(tmp_path):
 def test_consumer_offsets_flipped_byte_is_a_clear_error(tmp_path):
     seed(tmp_path)
     flip(tmp_path / "config" / "consumerOffset.json", 3)
-    with pytest.raises(CorruptRecordError, match="consumerOffset.json is damaged"):
-        reopen(tmp_path)
+    with reopen(tmp_path) as broker:  # sends and deliveries go on; consume and check say so
+        assert "consumerOffset.json is damaged" in broker.stats()["clamped_consumer_offsets"][0]
+        broker.send(Message("orders", b"m060"))
     code, out = rtimer_check(tmp_path)
     assert code == 1 and "consumerOffset.json is damaged" in out
+    result = CliRunner().invoke(cli, ["--data-dir", str(tmp_path), "consume", "orders",
+                                      "--group", "g"], catch_exceptions=False)
+    assert result.exit_code == 1 and "consumerOffset.json is damaged" in result.output
 
 
 def test_consumer_offsets_without_permission(tmp_path):

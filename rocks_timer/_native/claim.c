@@ -14,7 +14,6 @@
  * ``bad-key`` (the key's length byte does not match), ``short-pointer``, ``missing`` (no such
  * segment), or a value-segment refusal (past-end, bad-magic, bad-length, bad-crc, other-key). */
 #include <errno.h>
-#include <unistd.h>
 
 #include "native.h"
 
@@ -99,21 +98,9 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
     if (buf == NULL) { PyErr_NoMemory(); goto done; }
     int err = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < cut && !err; i++) {
-        entry_t *r = &e[i];
-        if (!r->pointer || r->code != NULL) continue;
-        while (r->got < r->size) {
-            ssize_t got = pread(r->fd, buf + r->at + r->got, r->size - r->got,
-                                (off_t)(r->offset + r->got));
-            if (got < 0) {
-                if (errno == EINTR) continue;
-                err = errno;
-                break;
-            }
-            if (got == 0) break;
-            r->got += got;
-        }
-    }
+    for (Py_ssize_t i = 0; i < cut && !err; i++)
+        if (e[i].pointer && e[i].code == NULL)
+            err = pread_full(e[i].fd, buf + e[i].at, e[i].size, e[i].offset, &e[i].got);
     Py_END_ALLOW_THREADS
     if (err) {
         errno = err;

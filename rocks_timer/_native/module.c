@@ -31,8 +31,6 @@ static PyMethodDef methods[] = {
      "Value-segment records of (key, value) pairs, back to back, and their lengths."},
     {"vlog_parse", vlog_parse, METH_VARARGS,
      "Check and split value-segment records read in one buffer: a value or an error each."},
-    {"vlog_read", vlog_read, METH_VARARGS,
-     "Read and check value-segment records, one pread each, the GIL released once."},
     {"route_common", route_common, METH_VARARGS,
      "Route a common send (see routing.py); None to let the Python path decide."},
     {"claim_batch", claim_batch, METH_VARARGS,

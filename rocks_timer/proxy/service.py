@@ -125,8 +125,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             poll.terminated = True
             poll.wake.set()
         if polls:
-            await asyncio.wait([asyncio.ensure_future(p.closed.wait()) for p in polls],
-                               timeout=TERMINATION_WAIT_S)
+            waits = [asyncio.ensure_future(p.closed.wait()) for p in polls]
+            _, late = await asyncio.wait(waits, timeout=TERMINATION_WAIT_S)
+            for waiting in late:
+                waiting.cancel()
         return svc.NotifyClientTerminationResponse(status=ok())
 
     async def Telemetry(self, request_iterator, context):
@@ -253,8 +255,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def AckMessage(self, request, context):
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.topic)
-        if not request.entries:
-            raise ProxyError(Code.BAD_REQUEST, "AckMessage carries no entry")
+        if not 1 <= len(request.entries) <= MAX_BATCH:
+            raise ProxyError(Code.BAD_REQUEST, f"AckMessage carries {len(request.entries)} "
+                             f"entries; 1..{MAX_BATCH} are accepted")
         entries, failed = [], None
         for entry in request.entries:
             try:

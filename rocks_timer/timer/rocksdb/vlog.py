@@ -28,7 +28,6 @@ from __future__ import annotations
 import bisect
 import logging
 import operator
-import os
 import struct
 import threading
 from dataclasses import dataclass
@@ -56,7 +55,6 @@ CLASS_FACTOR = 1.5
 CLASS_BOUNDS = [int(1000 * CLASS_FACTOR ** (c + 1)) for c in range(64)]
 MIN_SEAL_AGE_MS = 1_000
 COALESCE_GAP = 4096  # one prefetch hint for two records at most this many bytes apart
-_POINTER = operator.itemgetter(1)
 _SEGMENT_OFFSET = operator.itemgetter(0, 1)
 
 
@@ -315,33 +313,6 @@ class ValueLog:
             raise CorruptRecordError(f"{where}: record holds key {stored_key.hex()}, the index "
                                      f"expected {bytes(key).hex()}", where=where, raw=data)
         return value
-
-    def read_many(self, wanted: list[tuple[bytes, I.Pointer]]
-                  ) -> dict[bytes, bytes | CorruptRecordError]:
-        """The values of many pointers (key -> value, or the error of a damaged one), read in
-        segment and offset order by one native call (a ``pread`` per record, the GIL released
-        once for all of them)."""
-        out: dict[bytes, bytes | CorruptRecordError] = {}
-        items: list[tuple[int, int, int, bytes]] = []
-        placed: list[I.Pointer] = []
-        segments = self.segments
-        for key, p in sorted(wanted, key=_POINTER):  # by segment, then offset
-            seg = segments.get(p.segment)
-            if seg is None or seg.file is None:
-                out[key] = CorruptRecordError(
-                    f"vlog segment {p.segment} offset {p.offset}: the segment is missing",
-                    where=f"vlog segment {p.segment} offset {p.offset}")
-                continue
-            items.append((seg.file.fd, p.offset, p.length, key))
-            placed.append(p)
-        for item, p, result in zip(items, placed, S.read_records(items)):
-            if type(result) is bytes:
-                out[item[3]] = result
-            else:
-                where = f"vlog segment {p.segment} offset {p.offset}"
-                out[item[3]] = CorruptRecordError(f"{where}: {S.REFUSED[result]}", where=where,
-                                                  raw=os.pread(item[0], p.length, p.offset))
-        return out
 
     def will_need(self, pointers: Iterable[I.Pointer]) -> int:
         """Prefetch hints for records due soon; returns how many ranges were hinted."""
