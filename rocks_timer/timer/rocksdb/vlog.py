@@ -129,6 +129,8 @@ class ValueLog:
         self.long_open: dict[int, Segment] = {}  # due day -> open segment
         self.counters: dict[bytes, int] = dict.fromkeys(COUNTERS, 0)
         self.next_id = 1
+        self._stored: dict[bytes, int] = {}  # counter values known to be in ``meta``
+        self._staged: dict[bytes, int] = {}  # put by the last ``stage``, not yet committed
         self.dirty: set[int] = set()  # appended since the last fdatasync (async mode)
         self.short_segments: list[int] = []
         # segment creation, sealing, choosing a relocation target and release: relocation works
@@ -142,8 +144,12 @@ class ValueLog:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         raw = meta.get(META_NEXT_ID)
         self.next_id = U64.unpack(raw)[0] if raw is not None else 1
+        if raw is not None:
+            self._stored[META_NEXT_ID] = self.next_id
         for name, value in zip(COUNTERS, meta.get(list(COUNTERS))):
             self.counters[name] = U64.unpack(value)[0] if value is not None else 0
+            if value is not None:
+                self._stored[name] = self.counters[name]
         it = meta.iter()
         try:
             it.seek(SEG_PREFIX)
@@ -285,12 +291,18 @@ class ValueLog:
                       SEGMENT.pack(seg.kind, seg.day, seg.created_ms, count, nbytes, end,
                                    seg.max_due_ms),
                       self._meta_h)
-        for name, value in self.counters.items():
-            batch.put(name, U64.pack(value), self._meta_h)
-        batch.put(META_NEXT_ID, U64.pack(self.next_id), self._meta_h)
+        staged = {}  # counters go in only when they differ from what is stored
+        for name, value in (*self.counters.items(), (META_NEXT_ID, self.next_id)):
+            if self._stored.get(name) != value:
+                batch.put(name, U64.pack(value), self._meta_h)
+                staged[name] = value
+        self._staged = staged
         return new
 
     def commit(self, new: dict[int, tuple[int, int, int]]) -> None:
+        """After the batch ``stage`` filled is written."""
+        self._stored.update(self._staged)
+        self._staged = {}
         for seg_id, (count, nbytes, end) in new.items():
             seg = self.segments.get(seg_id)
             if seg is not None:
