@@ -115,7 +115,13 @@ def run_trial(data_dir: Path, seed: int, ledger: Ledger, rng: random.Random,
     alive_s = rng.uniform(0.05, 1.2)
     time.sleep(alive_s)
     os.kill(proc.pid, signal.SIGKILL)
-    out, _ = proc.communicate()
+    proc.wait()
+    # read through the buffered reader: ``readline`` above may already hold lines printed just
+    # after READY (``communicate`` reads the pipe's fd directly and would drop them)
+    out = proc.stdout.read()
+    proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
     ledger.read(out.decode(errors="replace").rsplit("\n", 1)[0])  # drop a torn last line
     ledger.keyed.end_trial()
     return time.monotonic() - started
