@@ -50,7 +50,8 @@ def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, engine: st
 
 for _command in (cmd_messages.send, cmd_messages.scan, cmd_messages.cancel, cmd_messages.consume,
                  cmd_keys.find, cmd_keys.reschedule,
-                 cmd_broker.run, cmd_broker.stats, cmd_broker.check, cmd_broker.compact, cmd_broker.repair,
+                 cmd_broker.run, cmd_broker.stats, cmd_broker.check, cmd_broker.compact,
+                 cmd_broker.repair,
                  cmd_broker.bench,
                  demo.demo):
     cli.add_command(_command)

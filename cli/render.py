@@ -165,6 +165,11 @@ def stats(figures: dict[str, Any]) -> None:
     damage = [*log.get("corrupt_regions", []), *log.get("recovery", {}).get("problems", []),
               *(f"commitlog segment {name} is short" for name in log.get("short_segments", [])),
               *figures.get("clamped_consumer_offsets", [])]
+    recovery = timer.get("recovery") or {}  # the wheel's
+    damage += [f"wheel recovery: {line}" for line in recovery.get("lost", [])]
+    if recovery.get("corrupt_units"):
+        damage.append(f"wheel recovery: {recovery['corrupt_units']} corrupt TimerLog unit(s) "
+                      "skipped")
     if log.get("truncated_bytes"):
         damage.insert(0, f"recovery cut a torn commitlog tail of {log['truncated_bytes']} bytes")
     lines += [("DAMAGED", line) for line in damage[:20]]

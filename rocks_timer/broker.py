@@ -12,9 +12,8 @@ import fcntl
 import logging
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from rocks_timer import datadir
 from rocks_timer.broker_keys import KeyedOperations
@@ -22,7 +21,8 @@ from rocks_timer.check import CheckReport, check_broker
 from rocks_timer.clock import Clock, ManualClock, SystemClock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.consumer_offsets import ConsumerOffsets
-from rocks_timer.errors import ConfigError, EngineNotAvailableError, StoreClosedError, StoreLockedError
+from rocks_timer.errors import (ConfigError, CorruptRecordError, EngineNotAvailableError,
+                                StoreClosedError, StoreLockedError)
 from rocks_timer.message import Message
 from rocks_timer.message_store import MessageStore
 from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, private_dir,
@@ -35,10 +35,10 @@ log = logging.getLogger(__name__)
 _RETENTION_EVERY_MS = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class SendResult:
+class SendResult(NamedTuple):
     """What ``send`` returns. ``handle`` is None for messages stored at once and level messages
-    (RocketMQ gives recall handles to timer messages only)."""
+    (RocketMQ gives recall handles to timer messages only). A NamedTuple: immutable, and the
+    cheapest object to build once per message sent."""
 
     msg_id: str
     handle: str | None
@@ -111,8 +111,13 @@ class Broker(KeyedOperations):
             self.levels = _open_level_service(self.path, self.config, self.messages, self.clock)
             datadir.record(self.path, self.config, stored_format)
             self.consumer_offsets = ConsumerOffsets(self.path)
-            self.clamped_offsets = self.consumer_offsets.clamp(self.max_offset)
+            try:
+                self.clamped_offsets = self.consumer_offsets.clamp(self.max_offset)
+            except CorruptRecordError as exc:  # consume says so; sends and deliveries go on
+                log.error("%s", exc)
+                self.clamped_offsets = [str(exc)]
         except BaseException:
+            self._close_opened()
             self._release()
             raise
 
@@ -134,6 +139,16 @@ class Broker(KeyedOperations):
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
+
+    def _close_opened(self) -> None:
+        """A failed open closes what it had opened (threads, files, RocksDB locks)."""
+        for part in ("levels", "timer", "messages"):
+            opened = self.__dict__.get(part)
+            if opened is not None:
+                try:
+                    opened.close()
+                except Exception:  # noqa: BLE001 - the open's own error is the one to raise
+                    log.exception("closing %s after a failed open", part)
 
     def _release(self) -> None:
         if self._lock_fd is not None:

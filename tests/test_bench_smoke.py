@@ -99,6 +99,37 @@ def test_bench_peers_smoke(tmp_path, capsys):
     assert "rocks-timer / beanstalkd" in out
 
 
+def test_bench_durability_smoke(tmp_path, capsys):
+    from bench import durability as bench_durability
+    assert bench_durability.main(["--messages", "200", "--sync-messages", "50", "--runs", "1",
+                                  "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "durability.json").read_text())
+    assert set(report["variants"]) == set(bench_durability.VARIANTS)
+    for row in report["variants"].values():
+        assert row["async"]["msgs_per_s"] > 0 and row["sync"]["msgs_per_s"] > 0
+    deliver = report["variants"]["deliver"]
+    assert deliver["async"]["commitlog_sync_rounds"] >= 1  # synced before forgetting
+    assert "sync / async" in capsys.readouterr().out
+
+
+def test_socket_load_small(tmp_path, capsys):
+    """The in-suite variant of the socket load test (the full one, 1,000 connections and
+    100 MB of junk, is ``python -m bench.socket_load``, quoted in docs/BENCHMARKS.md): a real
+    ``rtimer run`` keeps answering normal clients through a connection flood and junk lines.
+    Latency is reported, not asserted here (the bound is generous)."""
+    from bench import socket_load
+    assert socket_load.main(["--connections", "200", "--junk-mb", "4", "--junk-clients", "4",
+                             "--normal-clients", "2", "--max-latency", "30",
+                             "--time-limit", "120", "--results-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "socket_load.json").read_text())["result"]
+    assert result["flood_opened"] == 200 and result["flood_connect_errors"] == 0
+    assert result["junk_bytes"] >= 4_000_000 and result["junk_replies"] > 0
+    assert result["normal_calls"] > 0 and result["normal_failed"] == 0
+    assert result["broker_tracebacks"] == 0 and result["broker_exit"] == 0
+    assert result["broker_stopped_cleanly"]
+    assert "ok=True" in capsys.readouterr().out
+
+
 def test_bench_reopen_smoke(tmp_path, capsys):
     from bench import reopen as bench_reopen
     assert bench_reopen.main(["--messages", "2000", "--runs", "1", "--data",

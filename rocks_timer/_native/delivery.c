@@ -78,7 +78,7 @@ static int keys_normalised(const entry_t *e) {
 
 /* The prepared record of one value, or Py_None (new reference) when the reference must
  * decide. */
-static PyObject *copy_one(PyObject *value, long long due_ms, long long now_ms) {
+PyObject *delivery_copy_one(PyObject *value, long long due_ms, long long now_ms) {
     if (!PyBytes_Check(value)) Py_RETURN_NONE;
     const unsigned char *v = (const unsigned char *)PyBytes_AS_STRING(value);
     Py_ssize_t len = PyBytes_GET_SIZE(value);
@@ -173,7 +173,7 @@ PyObject *delivery_copies(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i++) {
         long long due = PyLong_AsLongLong(PyList_GET_ITEM(dues, i));
         if (due == -1 && PyErr_Occurred()) goto fail;
-        PyObject *copy = copy_one(PyList_GET_ITEM(values, i), due, now_ms);
+        PyObject *copy = delivery_copy_one(PyList_GET_ITEM(values, i), due, now_ms);
         if (copy == NULL) goto fail;
         PyList_SET_ITEM(out, i, copy);
     }

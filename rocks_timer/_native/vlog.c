@@ -14,7 +14,7 @@ static uint32_t get32(const unsigned char *p) {
 
 /* The record of ``length`` bytes at ``at`` of ``data``: its value (new reference), or the
  * interned-free str code of why it is refused. */
-static PyObject *parse_one(const unsigned char *data, Py_ssize_t size, Py_ssize_t at,
+PyObject *vlog_parse_one(const unsigned char *data, Py_ssize_t size, Py_ssize_t at,
                            Py_ssize_t length, PyObject *key) {
     if (at < 0 || length < VLOG_HEADER || at > size || length > size - at)
         return PyUnicode_FromString("past-end");
@@ -52,7 +52,7 @@ PyObject *vlog_parse(PyObject *self, PyObject *args) {
                 PyErr_SetString(PyExc_TypeError, "vlog_parse: items are (at, length, key)");
             goto fail;
         }
-        PyObject *res = parse_one(buf.buf, buf.len, at, length, key);
+        PyObject *res = vlog_parse_one(buf.buf, buf.len, at, length, key);
         if (res == NULL) goto fail;
         PyList_SET_ITEM(out, i, res);
     }
@@ -120,75 +120,17 @@ PyObject *vlog_frame(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* vlog_read(items) -> list: ``items`` is a list of (fd, offset, length, key bytes), best sorted
- * by file and offset. Every record is read with its own pread, all with the GIL released once;
- * each result is as vlog_parse gives it (a short read is past-end). An I/O error raises
- * OSError. Reference: read_records_py in rocks_timer/timer/rocksdb/segments.py. */
-typedef struct {
-    int fd;
-    long long offset;
-    Py_ssize_t length, got, at;
-    PyObject *key; /* borrowed from items */
-} read_t;
-
-PyObject *vlog_read(PyObject *self, PyObject *args) {
-    PyObject *items;
-    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return NULL;
-    Py_ssize_t n = PyList_GET_SIZE(items), total = 0;
-    read_t *reads = PyMem_Calloc(n + 1, sizeof(read_t));
-    if (reads == NULL) return PyErr_NoMemory();
-    PyObject *out = NULL;
-    unsigned char *buf = NULL;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(items, i);
-        read_t *r = &reads[i];
-        if (!PyTuple_Check(item) ||
-            !PyArg_ParseTuple(item, "iLnO!", &r->fd, &r->offset, &r->length, &PyBytes_Type,
-                              &r->key)) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "vlog_read: items are (fd, offset, length, key)");
-            goto done;
+int pread_full(int fd, unsigned char *buf, Py_ssize_t length, long long offset,
+               Py_ssize_t *got) {
+    *got = 0;
+    while (*got < length) {
+        ssize_t k = pread(fd, buf + *got, length - *got, (off_t)(offset + *got));
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return errno;
         }
-        if (r->length < 0 || r->offset < 0) {
-            PyErr_SetString(PyExc_ValueError, "vlog_read: negative offset or length");
-            goto done;
-        }
-        r->at = total;
-        total += r->length;
+        if (k == 0) break; /* the file ends here */
+        *got += k;
     }
-    buf = PyMem_Malloc(total ? total : 1);
-    if (buf == NULL) { PyErr_NoMemory(); goto done; }
-    int err = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n && !err; i++) {
-        read_t *r = &reads[i];
-        while (r->got < r->length) {
-            ssize_t k = pread(r->fd, buf + r->at + r->got, r->length - r->got,
-                              (off_t)(r->offset + r->got));
-            if (k < 0) {
-                if (errno == EINTR) continue;
-                err = errno;
-                break;
-            }
-            if (k == 0) break; /* the file ends here */
-            r->got += k;
-        }
-    }
-    Py_END_ALLOW_THREADS
-    if (err) {
-        errno = err;
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    if ((out = PyList_New(n)) == NULL) goto done;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        read_t *r = &reads[i];
-        PyObject *res = parse_one(buf + r->at, r->got, 0, r->length, r->key);
-        if (res == NULL) { Py_CLEAR(out); goto done; }
-        PyList_SET_ITEM(out, i, res);
-    }
-done:
-    PyMem_Free(buf);
-    PyMem_Free(reads);
-    return out;
+    return 0;
 }

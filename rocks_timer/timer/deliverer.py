@@ -55,6 +55,9 @@ class Deliverer:
         # True for an engine whose ``complete`` durably deletes (RocksDB); the wheel forgets at
         # its checkpoint, which syncs the CommitLog first; the memory store forgets everything
         self._forgets_on_complete = getattr(store, "forgets_on_complete", True)
+        # the CommitLog's writer syncs those puts itself, beside the next claim; ``_harvest``
+        # still syncs (a no-op then) for any other MessageStore-like object it is given
+        self._durable_puts = self._forgets_on_complete and isinstance(messages, MessageStore)
 
     # -- restart reconciliation ----------------------------------------------------------
     def reconcile(self) -> int:
@@ -119,6 +122,8 @@ class Deliverer:
                 copy = record.copy = delivery_copy_py(record.message, record.key.due_ms, now_ms)
             copies.append(copy)
         try:
+            if self._durable_puts:
+                return self.messages.put_messages_async(copies, durable=True)
             return self.messages.put_messages_async(copies)
         except RocksTimerError as exc:
             log.error("deliver %d records from %s: put refused: %s", len(records),

@@ -21,9 +21,11 @@ from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.layout import commit_removed, stage_removed
 from rocks_timer.message import Message
-from rocks_timer.timer.delivery import delivery_copy_py, native_copies
+from rocks_timer.timer.delivery import delivery_copy_py
+from rocks_timer.timer.rocksdb import segments as S
+from rocks_timer.timer.rocksdb.claim_codec import claim_batch
 from rocks_timer.timer.store import DueRecord, TimerKey
-from rocks_timer.timer.values import decode_value
+from rocks_timer.timer.values import decode_value, peek_keys
 
 if TYPE_CHECKING:
     from rocks_timer.timer.rocksdb.store import RocksTimerStore
@@ -42,73 +44,45 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int, max_byte
         corrupt: list[tuple[bytes, bytes, CorruptRecordError]] = []
         in_flight_new: dict[bytes, bytes | None] = {}
         vlog = store.vlog
-        used_bytes, last = 0, None
-        taken: list[tuple[bytes, bytes, I.Pointer | None, int]] = []
+        keys: list[bytes] = []
+        values: list[bytes] = []
         it = store._timer.iter(read_opts)
-        in_flight, pointer_of = store._in_flight, I.pointer_or_none
+        in_flight = store._in_flight
         key_of, value_of, step, valid = it.key, it.value, it.next, it.valid
         try:
             it.seek(store._claim_cursor)
-            while valid() and len(taken) < max_messages:
+            while valid() and len(keys) < max_messages:
                 raw = key_of()
-                if raw in in_flight:
-                    step()
-                    continue
-                value = value_of()
-                pointer = pointer_of(value) if vlog is not None else None
-                size = pointer.length if pointer is not None else len(value)
-                if taken and used_bytes + size > max_bytes:
-                    break
-                last = raw
-                used_bytes += size
-                taken.append((raw, value, pointer, size))
+                if raw not in in_flight:
+                    keys.append(raw)
+                    values.append(value_of())
                 step()
             check_iterator(it, f"timer store {store.path} claim")  # never a silent early end
         finally:
             del it, key_of, value_of, step, valid
-        bodies = vlog.read_many([(raw, p) for raw, _, p, _ in taken if p is not None]) \
-            if vlog is not None else {}
-        good: list[tuple[bytes, bytes, bytes, int, bool]] = []
-        values: list[bytes] = []
-        dues: list[int] = []
-        due_of, fixed, due_size = K.key_due_ms, K.FIXED_KEY_SIZE, K.DUE_SIZE
-        for raw, index_value, pointer, size in taken:
-            value = index_value
-            if pointer is not None:
-                value = bodies[raw]
-                if type(value) is not bytes:
-                    corrupt.append((raw, index_value, value))
-                    continue
-            elif I.is_pointer(value):  # a pointer too short to decode
-                try:
-                    I.decode_pointer(raw, value)
-                except CorruptRecordError as exc:
-                    corrupt.append((raw, index_value, exc))
-                    continue
-            if len(raw) != fixed + raw[due_size] or raw[due_size] == 0:
-                try:
-                    K.decode_key(raw)  # raises, naming what is wrong
-                except CorruptRecordError as exc:
-                    corrupt.append((raw, index_value, exc))
-                    continue
-            good.append((raw, index_value, value, size, pointer is not None))
-            values.append(value)
-            dues.append(due_of(raw))
-        copies = native_copies(values, dues, now_ms)
-        for (raw, index_value, value, size, pointed), copy, due in zip(good, copies, dues):
+        fds = None
+        if vlog is not None:
+            fds = {sid: seg.file.fd for sid, seg in vlog.segments.items() if seg.file is not None}
+        cut, sizes, bodies, copies, codes = claim_batch(keys, values, fds, max_bytes, now_ms)
+        pointed, version = fds is not None, I.POINTER_VERSION
+        for i in range(cut):
+            raw, index_value, copy = keys[i], values[i], copies[i]
             message = None
-            if copy is None:  # the reference decides, and reports a corrupt value
+            if copy is None:
                 try:
-                    message = decode_value(raw, value)
+                    if codes[i] is not None:
+                        raise _refusal(raw, index_value, codes[i])
+                    message = decode_value(raw, bodies[i])  # the reference decides, or reports
                 except CorruptRecordError as exc:
                     corrupt.append((raw, index_value, exc))
                     continue
-                copy = delivery_copy_py(message, due, now_ms)
-            claimed.append(ClaimedRecord(raw, value, size, copy, message))
-            in_flight_new[raw] = index_value if pointed else None
+                copy = delivery_copy_py(message, K.key_due_ms(raw), now_ms)
+            claimed.append(ClaimedRecord(raw, bodies[i], sizes[i], copy, message))
+            in_flight_new[raw] = index_value if pointed and index_value[0] == version else None
+        last = keys[cut - 1] if cut else None
         if corrupt:
             quarantine(store, corrupt)
-        store._in_flight.update(in_flight_new)
+        in_flight.update(in_flight_new)
         if last is not None:
             store._claim_cursor = K.key_successor(last)
     return claimed
@@ -135,10 +109,29 @@ class ClaimedRecord(DueRecord):
             self._message = decode_value(self.token, self._value)
         return self._message
 
+    def message_keys(self) -> tuple[str, ...]:
+        """Its distinct KEYS (``keyindex.message_keys``), read without decoding the message."""
+        keys = self._message.keys if self._message is not None else \
+            peek_keys(self.token, self._value)
+        return tuple(dict.fromkeys(keys)) if len(keys) > 1 else keys
+
     @property
     def handle(self) -> str:
         key = self.key
         return encode_handle(key.topic, key.due_ms, key.msg_id)
+
+
+def _refusal(raw: bytes, index_value: bytes, code: str) -> CorruptRecordError:
+    """The error of an entry ``claim_batch`` refused (``code``)."""
+    if code == "bad-key":
+        K.decode_key(raw)  # raises, naming what is wrong
+    if code == "short-pointer":
+        I.decode_pointer(raw, index_value)  # raises
+    pointer = I.pointer_or_none(index_value)
+    where = (f"vlog segment {pointer.segment} offset {pointer.offset}" if pointer is not None
+             else f"timer key {raw.hex()}")
+    reason = "the segment is missing" if code == "missing" else S.REFUSED.get(code, code)
+    return CorruptRecordError(f"{where}: {reason}", where=where, raw=bytes(index_value))
 
 
 def quarantine(store: "RocksTimerStore", corrupt: list[tuple[bytes, bytes, CorruptRecordError]]) -> None:

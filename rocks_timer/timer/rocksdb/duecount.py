@@ -29,6 +29,7 @@ U64 = struct.Struct(">Q")
 CACHE_MAX = 1 << 18
 SECOND, HOUR, DAY = 1, 3_600, 86_400  # in seconds
 (_S, _), (_H, _), (_D, _) = K.DUE_COUNTER_WIDTHS
+assert all(width % 1000 == 0 for _, width in K.DUE_COUNTER_WIDTHS)  # stage() sums seconds
 
 
 def _ceil(x: int, step: int) -> int:
@@ -52,11 +53,15 @@ class DueCounters:
     def stage(self, deltas: dict[int, int], batch: WriteBatch) -> dict[bytes, int]:
         """Put the counters changed by ``deltas`` (due_ms -> +n/-n) into ``batch``; returns
         the new values for :meth:`commit`. A count below zero is a bug, not a state: it raises."""
-        per_key: dict[bytes, int] = {}
+        per_second: dict[int, int] = {}  # every width is whole seconds: sum those first
         for due_ms, delta in deltas.items():
             if delta:
-                for name in K.due_counter_keys(due_ms):
-                    per_key[name] = per_key.get(name, 0) + delta
+                second = due_ms // 1000
+                per_second[second] = per_second.get(second, 0) + delta
+        per_key: dict[bytes, int] = {}
+        for second, delta in per_second.items():
+            for name in K.due_counter_keys(second * 1000):
+                per_key[name] = per_key.get(name, 0) + delta
         cache = self._cache
         missing = [name for name in per_key if name not in cache]
         if missing:

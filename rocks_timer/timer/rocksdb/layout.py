@@ -61,9 +61,16 @@ def stage_removed(store: "RocksTimerStore", index_values: Iterable[bytes | None]
         return None
     changes = Changes()
     dropped = 0
-    for value in index_values:
-        if value is not None and I.is_pointer(value) and len(value) >= I.SIZE:
-            changes.drop(value)
+    unpack, size, version = I.POINTER.unpack_from, I.SIZE, I.POINTER_VERSION
+    for value in index_values:  # Changes.drop, inlined: a delivery batch drops thousands
+        if value is not None and len(value) >= size and value[0] == version:
+            _, seg, _, length = unpack(value)[:4]
+            entry = changes.get(seg)
+            if entry is None:
+                changes[seg] = [-1, -length]
+            else:
+                entry[0] -= 1
+                entry[1] -= length
             dropped += 1
     if lost and dropped:
         store.vlog.note_lost(dropped)

@@ -97,14 +97,6 @@ def parse_run_py(data: bytes, items: list[tuple[int, int, bytes]]) -> list[bytes
     return out
 
 
-def read_records_py(items: list[tuple[int, int, int, bytes]]) -> list[bytes | str]:
-    """Read and check records where they lie: for each (fd, offset, length, key), the value or
-    a code as :func:`parse_run_py` gives it (a record the file ends inside is ``past-end``).
-    The reference of the native ``vlog_read``."""
-    return [parse_run_py(os.pread(fd, length, offset), [(0, length, key)])[0]
-            for fd, offset, length, key in items]
-
-
 def frame_many_py(keys: list[bytes], values: list[bytes]) -> tuple[bytes, list[int]]:
     """The records of consecutive (key, value) pairs back to back, and each record's length.
     The reference of the native ``vlog_frame``."""
@@ -116,8 +108,6 @@ parse_run = native.vlog_parse if native is not None and hasattr(native, "vlog_pa
     else parse_run_py
 frame_many = native.vlog_frame if native is not None and hasattr(native, "vlog_frame") \
     else frame_many_py
-read_records = native.vlog_read if native is not None and hasattr(native, "vlog_read") \
-    else read_records_py
 REFUSED = {"past-end": "the record runs past the end of the segment (it ends early)",
            "bad-magic": "bad magic byte", "bad-length": "its lengths do not match the index",
            "bad-crc": "CRC mismatch", "other-key": "the record holds another key"}

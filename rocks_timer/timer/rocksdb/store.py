@@ -30,6 +30,7 @@ Pending counter: exact, persisted in ``meta`` in the same WriteBatch as every ch
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -177,9 +178,16 @@ class RocksTimerStore:
             state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
                                     index_style)
             store = cls(path, config, db, db_options, state, reclaim_after_deletes)
-        except BaseException:
+        except BaseException as exc:
+            # the failed constructor's frames hold column family handles, which keep the LOCK
+            # after close: drop them first, or every later open says "in use"
+            error = exc.with_traceback(None)
+        else:
+            error = None
+        if error is not None:
+            gc.collect()
             db.close()
-            raise
+            raise error
         try:
             keyindex.ensure_built(store)
         except BaseException:
@@ -300,7 +308,12 @@ class RocksTimerStore:
             keyed = self._keyed
             for raw, record in done.items():
                 batch.delete(raw, self._timer_h)
-                changes.removed(raw, keyindex.message_keys(record.message) if keyed else ())
+                if not keyed:
+                    changes.removed(raw)
+                elif type(record) is claim.ClaimedRecord:
+                    changes.removed(raw, record.message_keys())
+                else:
+                    changes.removed(raw, keyindex.message_keys(record.message))
             pending = self._pending - len(done)
             batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
             batch.put(K.META_CURSOR, self._cursor(without=done), self._meta_h)

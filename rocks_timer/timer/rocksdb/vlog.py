@@ -28,7 +28,6 @@ from __future__ import annotations
 import bisect
 import logging
 import operator
-import os
 import struct
 import threading
 from dataclasses import dataclass
@@ -56,7 +55,6 @@ CLASS_FACTOR = 1.5
 CLASS_BOUNDS = [int(1000 * CLASS_FACTOR ** (c + 1)) for c in range(64)]
 MIN_SEAL_AGE_MS = 1_000
 COALESCE_GAP = 4096  # one prefetch hint for two records at most this many bytes apart
-_POINTER = operator.itemgetter(1)
 _SEGMENT_OFFSET = operator.itemgetter(0, 1)
 
 
@@ -131,6 +129,8 @@ class ValueLog:
         self.long_open: dict[int, Segment] = {}  # due day -> open segment
         self.counters: dict[bytes, int] = dict.fromkeys(COUNTERS, 0)
         self.next_id = 1
+        self._stored: dict[bytes, int] = {}  # counter values known to be in ``meta``
+        self._staged: dict[bytes, int] = {}  # put by the last ``stage``, not yet committed
         self.dirty: set[int] = set()  # appended since the last fdatasync (async mode)
         self.short_segments: list[int] = []
         # segment creation, sealing, choosing a relocation target and release: relocation works
@@ -144,8 +144,12 @@ class ValueLog:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         raw = meta.get(META_NEXT_ID)
         self.next_id = U64.unpack(raw)[0] if raw is not None else 1
+        if raw is not None:
+            self._stored[META_NEXT_ID] = self.next_id
         for name, value in zip(COUNTERS, meta.get(list(COUNTERS))):
             self.counters[name] = U64.unpack(value)[0] if value is not None else 0
+            if value is not None:
+                self._stored[name] = self.counters[name]
         it = meta.iter()
         try:
             it.seek(SEG_PREFIX)
@@ -287,12 +291,18 @@ class ValueLog:
                       SEGMENT.pack(seg.kind, seg.day, seg.created_ms, count, nbytes, end,
                                    seg.max_due_ms),
                       self._meta_h)
-        for name, value in self.counters.items():
-            batch.put(name, U64.pack(value), self._meta_h)
-        batch.put(META_NEXT_ID, U64.pack(self.next_id), self._meta_h)
+        staged = {}  # counters go in only when they differ from what is stored
+        for name, value in (*self.counters.items(), (META_NEXT_ID, self.next_id)):
+            if self._stored.get(name) != value:
+                batch.put(name, U64.pack(value), self._meta_h)
+                staged[name] = value
+        self._staged = staged
         return new
 
     def commit(self, new: dict[int, tuple[int, int, int]]) -> None:
+        """After the batch ``stage`` filled is written."""
+        self._stored.update(self._staged)
+        self._staged = {}
         for seg_id, (count, nbytes, end) in new.items():
             seg = self.segments.get(seg_id)
             if seg is not None:
@@ -315,33 +325,6 @@ class ValueLog:
             raise CorruptRecordError(f"{where}: record holds key {stored_key.hex()}, the index "
                                      f"expected {bytes(key).hex()}", where=where, raw=data)
         return value
-
-    def read_many(self, wanted: list[tuple[bytes, I.Pointer]]
-                  ) -> dict[bytes, bytes | CorruptRecordError]:
-        """The values of many pointers (key -> value, or the error of a damaged one), read in
-        segment and offset order by one native call (a ``pread`` per record, the GIL released
-        once for all of them)."""
-        out: dict[bytes, bytes | CorruptRecordError] = {}
-        items: list[tuple[int, int, int, bytes]] = []
-        placed: list[I.Pointer] = []
-        segments = self.segments
-        for key, p in sorted(wanted, key=_POINTER):  # by segment, then offset
-            seg = segments.get(p.segment)
-            if seg is None or seg.file is None:
-                out[key] = CorruptRecordError(
-                    f"vlog segment {p.segment} offset {p.offset}: the segment is missing",
-                    where=f"vlog segment {p.segment} offset {p.offset}")
-                continue
-            items.append((seg.file.fd, p.offset, p.length, key))
-            placed.append(p)
-        for item, p, result in zip(items, placed, S.read_records(items)):
-            if type(result) is bytes:
-                out[item[3]] = result
-            else:
-                where = f"vlog segment {p.segment} offset {p.offset}"
-                out[item[3]] = CorruptRecordError(f"{where}: {S.REFUSED[result]}", where=where,
-                                                  raw=os.pread(item[0], p.length, p.offset))
-        return out
 
     def will_need(self, pointers: Iterable[I.Pointer]) -> int:
         """Prefetch hints for records due soon; returns how many ranges were hinted."""
