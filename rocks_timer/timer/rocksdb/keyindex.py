@@ -15,6 +15,7 @@ decoded: its entries are left dangling and every reader (``find``) checks the ti
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from rocksdict import ReadOptions, WriteBatch
@@ -59,6 +60,15 @@ class IndexChanges:
         self.deltas[due] = self.deltas.get(due, 0) - 1
         for key in keys:
             self.deletes.append(K.index_entry(raw, key))
+
+
+def removed_unkeyed(changes: IndexChanges, raws: Iterable[bytes]) -> None:
+    """``changes.removed(raw)`` for many keys without index entries (a delivery batch): the
+    due prefixes counted in one pass."""
+    deltas, due_of = changes.deltas, K.key_due_ms
+    for prefix, n in Counter(raw[:K.DUE_SIZE] for raw in raws).items():
+        due = due_of(prefix)
+        deltas[due] = deltas.get(due, 0) - n
 
 
 def message_keys(message: "Message") -> tuple[str, ...]:

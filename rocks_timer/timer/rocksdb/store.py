@@ -307,11 +307,13 @@ class RocksTimerStore(KeyedRocksOps):
             batch = WriteBatch(raw_mode=True)
             changes = IndexChanges()
             keyed = self._keyed
-            for raw, record in done.items():
-                batch.delete(raw, self._timer_h)
-                if not keyed:
-                    changes.removed(raw)
-                elif type(record) is claim.ClaimedRecord:
+            delete, timer_h = batch.delete, self._timer_h
+            for raw in done:
+                delete(raw, timer_h)
+            if not keyed:
+                keyindex.removed_unkeyed(changes, done)
+            for raw, record in done.items() if keyed else ():
+                if type(record) is claim.ClaimedRecord:
                     changes.removed(raw, record.message_keys())
                 else:
                     changes.removed(raw, keyindex.message_keys(record.message))
