@@ -20,6 +20,9 @@ before the clock starts, the garbage collector settled, as in the other benchmar
    beanstalkd, whose delays are whole seconds, from the moment it holds them all ready) until one
    consumer has taken them all: rocks-timer until all are readable on their topic.
 
+Each round (``--runs``, default 3) opens every system afresh and runs each phase on all of them
+back to back, in an order that rotates between rounds; rates are medians over rounds, a ratio
+rocks-timer / peer is the median of the rounds' ratios (with their range).
 A peer whose binary or client is missing is named and skipped; the others are measured.
 Results: bench/results/peers.json; a markdown table with the ratios rocks-timer / peer is printed.
 """
@@ -29,6 +32,7 @@ import argparse
 import os
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 from bench.common import median, scratch_dir, settled_gc, write_result
@@ -47,30 +51,48 @@ def timed(step, *args) -> tuple[float, object]:
         return time.perf_counter() - start, out
 
 
-def measure(system_cls, data: Path, pool: list[bytes], args) -> dict:
-    """One system through the four phases; rates in messages per second."""
-    with system_cls(data, pool) as system:
-        single_s, handles = timed(system.send_single, system.prepare(args.single, "s"))
-        batch_s, _ = timed(system.send_batches, system.prepare(args.batch, "b"))
-        victims = handles[:args.cancel]
-        cancel_s, cancelled = timed(system.cancel, victims)
-        if cancelled != len(victims):
-            raise RuntimeError(f"{system.name}: {cancelled} of {len(victims)} cancelled")
-        items = system.prepare(args.drain, "d")
-        margin_ms = int(1000 * (args.drain_margin if args.drain_margin is not None
-                                else 1 + 3 * args.drain * batch_s / args.batch))
-        due_ms = now_ms() + margin_ms
-        system.load_due(items, due_ms)
-        loaded_ms = now_ms()
-        if loaded_ms >= due_ms:
-            raise RuntimeError(f"{system.name}: loading the drain set ended after its due "
-                               f"time; raise --drain-margin")
-        time.sleep((due_ms - now_ms()) / 1000 + 0.005)
-        system.wait_due(args.drain)
-        drain_s, _ = timed(system.drain, args.drain)
-    return {"single_per_s": args.single / single_s, "batch_per_s": args.batch / batch_s,
-            "cancel_per_s": len(victims) / cancel_s, "drain_per_s": args.drain / drain_s,
-            "drain_s": drain_s, "drain_wait_ms": due_ms - loaded_ms}
+def drain_phase(system, args, batch_s: float) -> dict:
+    items = system.prepare(args.drain, "d")
+    margin_ms = int(1000 * (args.drain_margin if args.drain_margin is not None
+                            else 1 + 3 * args.drain * batch_s / args.batch))
+    due_ms = now_ms() + margin_ms
+    system.load_due(items, due_ms)
+    loaded_ms = now_ms()
+    if loaded_ms >= due_ms:
+        raise RuntimeError(f"{system.name}: loading the drain set ended after its due time; "
+                           f"raise --drain-margin")
+    time.sleep((due_ms - now_ms()) / 1000 + 0.005)
+    system.wait_due(args.drain)
+    drain_s, _ = timed(system.drain, args.drain)
+    return {"drain_per_s": args.drain / drain_s, "drain_s": drain_s,
+            "drain_wait_ms": due_ms - loaded_ms}
+
+
+def run_round(order: list[str], pool: list[bytes], args) -> dict[str, dict]:
+    """One round: every system open at once (fresh servers and directories), and each phase run
+    on every system back to back, so the figures compared meet the same machine state."""
+    with ExitStack() as stack:
+        systems = {}
+        for name in order:
+            data = stack.enter_context(scratch_dir(prefix=f"peers-{name.lower()}-"))
+            systems[name] = stack.enter_context(SYSTEMS[name][0](data, pool))
+        out: dict[str, dict] = {name: {} for name in order}
+        handles, batch_s = {}, {}
+        for name, system in systems.items():
+            single_s, handles[name] = timed(system.send_single, system.prepare(args.single, "s"))
+            out[name]["single_per_s"] = args.single / single_s
+        for name, system in systems.items():
+            batch_s[name], _ = timed(system.send_batches, system.prepare(args.batch, "b"))
+            out[name]["batch_per_s"] = args.batch / batch_s[name]
+        for name, system in systems.items():
+            victims = handles[name][:args.cancel]
+            cancel_s, cancelled = timed(system.cancel, victims)
+            if cancelled != len(victims):
+                raise RuntimeError(f"{name}: {cancelled} of {len(victims)} cancelled")
+            out[name]["cancel_per_s"] = len(victims) / cancel_s
+        for name, system in systems.items():
+            out[name].update(drain_phase(system, args, batch_s[name]))
+    return out
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -80,7 +102,20 @@ def summarise(runs: list[dict]) -> dict:
     return out
 
 
-def table(systems: dict, peers: list[str], args) -> list[str]:
+def round_ratios(rounds: list[dict[str, dict]], peer: str) -> dict:
+    """rocks-timer / peer per figure: the median over rounds of each round's ratio, and the
+    range over rounds."""
+    out = {}
+    for key in FIGURES:
+        each = [r["rocks-timer"][key + "_per_s"] / r[peer][key + "_per_s"] for r in rounds]
+        out[key] = round(median(each), 3)
+        out[key + "_range"] = [round(min(each), 3), round(max(each), 3)]
+    return out
+
+
+def table(systems: dict, ratios: dict, args) -> list[str]:
+    """Rates are medians over rounds; ratios the median of each round's ratio [its range]."""
+    peers = list(ratios)
     head = ["figure"] + list(systems) + [f"rocks-timer / {p}" for p in peers]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for key, label in FIGURES.items():
@@ -90,8 +125,10 @@ def table(systems: dict, peers: list[str], args) -> list[str]:
         for s in systems.values():
             cell = f"{s[key + '_per_s']:,.0f}/s"
             cells.append(cell + (f" ({s['drain_s']:.2f} s)" if key == "drain" else ""))
-        rocks = systems["rocks-timer"][key + "_per_s"]
-        cells += [f"{rocks / systems[p][key + '_per_s']:.2f}x" for p in peers]
+        for p in peers:
+            low, high = ratios[p][key + "_range"]
+            spread = f" [{low:.2f}-{high:.2f}]" if args.runs > 1 else ""
+            cells.append(f"{ratios[p][key]:.2f}x{spread}")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -128,17 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     present = [name for name in SYSTEMS if name not in missing]
     pool = bodies()
     load_before = os.getloadavg()
-    runs: dict[str, list[dict]] = {name: [] for name in present}
+    rounds: list[dict[str, dict]] = []
     for run in range(args.runs):
-        order = present[run % len(present):] + present[:run % len(present)]
-        for name in order:
-            slug = name.lower().replace("-", "")
-            with scratch_dir(prefix=f"peers-{slug}-") as data:
-                runs[name].append(measure(SYSTEMS[name][0], data, pool, args))
-    systems = {name: summarise(runs[name]) for name in present}
+        rounds.append(run_round(present[run % len(present):] + present[:run % len(present)],
+                                pool, args))
+    systems = {name: summarise([r[name] for r in rounds]) for name in present}
     peers = [p for p in present if p != "rocks-timer"]
-    ratios = {p: {k: round(systems["rocks-timer"][k + "_per_s"] / systems[p][k + "_per_s"], 3)
-                  for k in FIGURES} for p in peers}
+    ratios = {p: round_ratios(rounds, p) for p in peers}
     targets = {f"{key} >= {x:g}x {peer}": (ratios[peer][key] >= x if peer in ratios else None)
                for key, peer, x in TARGETS}
     result = {
@@ -150,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         "methods": {name: SYSTEMS[name][0].methods for name in present},
         "systems": systems, "ratios": ratios, "targets": targets}
     path = write_result("peers", result, args.results_dir)
-    print("\n".join(table(systems, peers, args)))
+    print("\n".join(table(systems, ratios, args)))
     for label, met in targets.items():
         state = "not measured (peer missing)" if met is None else ("met" if met else "NOT met")
         print(f"target {label}: {state}")

@@ -98,6 +98,18 @@ class Server:
         self.log.close()
 
 
+def start_server(name: str, argv_for, data: Path, tries: int = 3) -> Server:
+    """Starts ``argv_for(port)`` on a free port; another port if one was taken meanwhile."""
+    for attempt in range(tries):
+        port = free_port()
+        try:
+            return Server(name, argv_for(port), port, data).__enter__()
+        except RuntimeError:
+            if attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def wait_until(predicate, seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not predicate():
@@ -212,11 +224,11 @@ class BeanstalkdSystem:
     def __init__(self, data: Path, pool: list[bytes]):
         import greenstalk
         self.greenstalk, self.pool = greenstalk, pool
-        self.port = free_port()
         (data / "binlog").mkdir(parents=True, exist_ok=True)
-        self.server = Server("beanstalkd", ["beanstalkd", "-l", HOST, "-p", str(self.port),
-                                            "-b", str(data / "binlog"), "-f", "1000"],
-                             self.port, data).__enter__()
+        self.server = start_server("beanstalkd", lambda port: [
+            "beanstalkd", "-l", HOST, "-p", str(port), "-b", str(data / "binlog"), "-f", "1000"],
+            data)
+        self.port = self.server.port
         try:
             self.client = greenstalk.Client((HOST, self.port), encoding=None, use="send")
             self.pipe = BeanstalkPipeline(self.port, "send")
@@ -302,12 +314,11 @@ class RedisSystem:
     def __init__(self, data: Path, pool: list[bytes]):
         import redis
         self.pool = pool
-        port = free_port()
-        self.server = Server("redis", [
+        self.server = start_server("redis", lambda port: [
             "redis-server", "--bind", HOST, "--port", str(port), "--dir", str(data),
             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
-            "--protected-mode", "yes", "--daemonize", "no"], port, data).__enter__()
-        self.r = redis.Redis(host=HOST, port=port)
+            "--protected-mode", "yes", "--daemonize", "no"], data)
+        self.r = redis.Redis(host=HOST, port=self.server.port)
         self.pop_due = self.r.register_script(POP_DUE)
 
     def __enter__(self):

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from cli import grpc_front, render
+from cli.durations import InputError, parse_time_ms
 from cli.session import Settings, call
 from cli.remote import BrokerSocketServer, socket_path
 
@@ -56,18 +57,38 @@ def run(settings: Settings, grpc_listen: str | None) -> None:
 
 
 @click.command()
+@click.option("--due", "due", is_flag=True,
+              help="Show pending counts by due time instead: next minute / hour / day / "
+                   "week / later, and per UTC day.")
+@click.option("--days", type=int, default=7, show_default=True,
+              help="With --due: how many days to list.")
+@click.option("--from-day", help="With --due: the first day to list (YYYY-MM-DD, UTC; "
+                                 "default today).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_obj
-def stats(settings: Settings, as_json: bool) -> None:
+def stats(settings: Settings, due: bool, days: int, from_day: str | None, as_json: bool) -> None:
     """Show pending messages per topic, deliveries, lag and the timer engine's figures.
 
     Sent/delivered/cancelled counters belong to the broker process that answers (the
-    running broker, or this command's own short-lived one).
+    running broker, or this command's own short-lived one). With --due: how many pending
+    timer messages fall due when, from counters the engine keeps (exact for RocksDB, the
+    wheel's slot counts for the wheel), never a scan.
 
     Example: rtimer stats --json
+
+    Example: rtimer stats --due --days 3
     """
-    figures = call(settings, "stats")
-    render.echo_json(figures) if as_json else render.stats(figures)
+    if not due:
+        if from_day is not None:
+            raise InputError("--from-day goes with --due")
+        figures = call(settings, "stats")
+        render.echo_json(figures) if as_json else render.stats(figures)
+        return
+    if not 0 <= days <= 400:
+        raise InputError(f"--days {days} is invalid; allowed: 0..400")
+    first = parse_time_ms(from_day + "T00:00:00Z", "--from-day") if from_day else None
+    document = call(settings, "due", first_day_ms=first, days=days)
+    render.echo_json(document) if as_json else render.due(document)
 
 
 @click.command()

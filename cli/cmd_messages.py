@@ -92,17 +92,33 @@ def scan(settings: Settings, from_: str | None, to: str | None, topic: str | Non
 
 
 @click.command()
-@click.argument("handles", nargs=-1, required=True)
+@click.argument("handles", nargs=-1)
+@click.option("--topic", help="With --key: the topic of the messages.")
+@click.option("--key", help="Cancel every pending message of --topic with this key (KEYS).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @click.pass_obj
-def cancel(settings: Settings, handles: tuple[str, ...], as_json: bool) -> None:
-    """Cancel timer messages by the handle `send` printed.
+def cancel(settings: Settings, handles: tuple[str, ...], topic: str | None, key: str | None,
+           as_json: bool) -> None:
+    """Cancel timer messages by the handle `send` printed, or all of a key.
 
-    Exits 1 if any handle was not found or already delivered; a malformed handle stops the
-    command before anything is cancelled.
+    Exits 1 if any handle was not found or already delivered (with --key: if none was
+    pending); a malformed handle stops the command before anything is cancelled. With
+    --topic and --key every pending message whose KEYS hold the key is cancelled at once.
 
     Example: rtimer cancel djEgb3JkZXJzIDE3OTUzMTkyNDM4NjIgMkFENDE2M0YzM0VERUQwOUNGMUQ2Q0Y1QkIyQTAwMDE
+
+    Example: rtimer cancel --topic orders --key order-42
     """
+    if key is not None or topic is not None:
+        if handles or key is None or topic is None:
+            raise InputError("give handles, or --topic and --key, not both")
+        result = call(settings, "cancel_by_key", topic=topic, key=key)
+        render.echo_json(result) if as_json else render.cancelled_by_key(result)
+        if not result["cancelled"]:
+            raise SystemExit(1)
+        return
+    if not handles:
+        raise InputError("give the handles to cancel, or --topic and --key")
     results = call(settings, "cancel", handles=list(handles))
     render.echo_json(results) if as_json else render.cancelled(results)
     if not all(r["cancelled"] for r in results):

@@ -14,6 +14,7 @@ from rocks_timer import Broker, InvalidMessageError, Message
 from rocks_timer.message import is_system_topic
 from rocks_timer.timer.handles import TOPIC_PATTERN, decode_handle
 
+from cli import bounds
 from cli.offsets import ConsumerOffsets, check_group
 
 SCAN_PAGE = 1_000
@@ -174,3 +175,14 @@ OPS: dict[str, Callable[..., Any]] = {
     "send": send, "scan": scan, "cancel": cancel, "consume": consume, "stats": stats,
     "compact": compact, "check": check,
 }
+
+from cli import ops_keys  # noqa: E402 - it imports check_topic and SCAN_PAGE from here
+
+OPS.update(ops_keys.OPS)
+
+
+def run(name: str, broker: Broker, data_dir: Path, args: dict[str, Any]) -> Any:
+    """Run one op after holding its arguments to the CLI's bounds (:mod:`cli.bounds`): the
+    direct path and the socket server both come through here."""
+    bounds.check(name, args)
+    return OPS[name](broker, data_dir, **args)

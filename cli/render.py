@@ -51,6 +51,39 @@ def cancelled(results: list[dict[str, Any]]) -> None:
         click.echo(f"{r['handle']}: {outcome}")
 
 
+def cancelled_by_key(result: dict[str, Any]) -> None:
+    n = result["cancelled"]
+    click.echo(f"cancelled {n} pending message{'s' if n != 1 else ''} of {result['topic']} "
+               f"with key {result['key']}")
+    for handle in result["handles"]:
+        click.echo(f"  {handle}")
+
+
+def rescheduled(results: list[dict[str, Any]]) -> None:
+    if not results:
+        click.echo("no pending message with that key")
+        return
+    outcome = {"in_flight": "being delivered: not changed",
+               "not_found": "not found, delivered or cancelled: not changed"}
+    table(("msg_id", "status", "due", "new handle"),
+          ((r["msg_id"], outcome.get(r["status"], r["status"]),
+            format_ms(r["deliver_at_ms"]) if r["deliver_at_ms"] is not None else None,
+            r["handle"]) for r in results))
+
+
+def due(document: dict[str, Any]) -> None:
+    """The due histogram: buckets from now, then one line per UTC day."""
+    click.echo(f"{document['pending']} pending ({document['engine']}; by {document['basis']}), "
+               f"counted from {format_ms(document['from_ms'])}")
+    labels = {"now": "due now", "minute": "next minute", "hour": "next hour",
+              "day": "next day", "week": "next week", "later": "later"}
+    table(("due", "pending"), ((labels[name], count)
+                               for name, count in document["buckets"].items()))
+    if document["days"]:
+        click.echo("")
+        table(("day (UTC)", "pending"), ((d["day"], d["count"]) for d in document["days"]))
+
+
 def body_text(message: dict[str, Any]) -> str:
     if "body_base64" in message:
         return f"(binary, base64) {message['body_base64']}"
@@ -132,6 +165,11 @@ def stats(figures: dict[str, Any]) -> None:
     damage = [*log.get("corrupt_regions", []), *log.get("recovery", {}).get("problems", []),
               *(f"commitlog segment {name} is short" for name in log.get("short_segments", [])),
               *figures.get("clamped_consumer_offsets", [])]
+    recovery = timer.get("recovery") or {}  # the wheel's
+    damage += [f"wheel recovery: {line}" for line in recovery.get("lost", [])]
+    if recovery.get("corrupt_units"):
+        damage.append(f"wheel recovery: {recovery['corrupt_units']} corrupt TimerLog unit(s) "
+                      "skipped")
     if log.get("truncated_bytes"):
         damage.insert(0, f"recovery cut a torn commitlog tail of {log['truncated_bytes']} bytes")
     lines += [("DAMAGED", line) for line in damage[:20]]

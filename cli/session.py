@@ -61,7 +61,7 @@ def call(settings: Settings, op: str, create: bool = False, **args: Any) -> Any:
             settings.require_data_dir()
         try:
             with settings.open_broker() as broker:
-                result = ops.OPS[op](broker, settings.data_dir, **args)
+                result = ops.run(op, broker, settings.data_dir, args)
             return json.loads(json.dumps(result, default=str))
         except StoreLockedError:
             client = _wait_for_socket(settings.data_dir)

@@ -58,6 +58,9 @@ def build_delivery_copy(stored: Message) -> Message:
                    born_ms=stored.born_ms, reconsume_times=stored.reconsume_times)
 
 
+_NOT_DUE = object()
+
+
 @dataclass
 class LevelCounters:
     delivered: int = 0
@@ -68,6 +71,7 @@ class LevelCounters:
     refused_flow: int = 0      # async: pending queue over the limit
     refused_blocked: int = 0   # async: head resent too often
     errors: int = 0            # unexpected exceptions in a scanner thread
+    early_tags: int = 0        # entries whose tags code said due before their record does
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -142,7 +146,9 @@ class LevelScanner:
             if self.pending.head_blocks():
                 self.counters.refused_blocked += 1
                 return None
-        copy = self._read_copy(entry.commitlog_offset, entry.size)
+        copy = self._read_copy(entry.commitlog_offset, entry.size, now_ms)
+        if copy is _NOT_DUE:
+            return None
         if copy is None:
             self._advance_to(entry.queue_offset + 1)
             return 0
@@ -154,14 +160,19 @@ class LevelScanner:
         self.read_offset = entry.queue_offset + 1
         return 1
 
-    def _read_copy(self, commitlog_offset: int, size: int) -> Message | None:
-        """The delivery copy, or None (counted) for unreadable, malformed or half messages."""
+    def _read_copy(self, commitlog_offset: int, size: int, now_ms: int):
+        """The delivery copy, or None (counted) for unreadable, malformed or half messages, or
+        ``_NOT_DUE`` when the record says it is due later than its queue entry's tags code did
+        (a damaged entry must never make a delivery early; a clock step back still delivers)."""
         try:
             stored = self.store.get_message(commitlog_offset, size)
             copy = build_delivery_copy(stored)
         except UNREADABLE + (MalformedScheduleMessage,):
             self.counters.skipped += 1
             return None
+        if now_ms < stored.store_ms + self.delay_ms <= now_ms + self.delay_ms:
+            self.counters.early_tags += 1
+            return _NOT_DUE
         if copy.topic == TRANS_HALF_TOPIC:
             self.counters.dropped_half += 1
             return None

@@ -123,10 +123,14 @@ class ScheduleMessageService:
 
     # -- synchronous driving ---------------------------------------------------------------
     def tick(self, now_ms: int | None = None) -> int:
-        """One pass over every level at ``now_ms``; returns how many messages were delivered."""
+        """One pass over every level at ``now_ms``; returns how many messages were delivered.
+        A ``now_ms`` behind the service's clock is raised to it: the clock-jump rule (a due
+        time more than a level ahead of now is delivered at once) is for the clock stepping
+        back, not for a caller's stale time, which would otherwise deliver early."""
         if not self._loaded:
             self.load()
-        now_ms = self.clock.now_ms() if now_ms is None else now_ms
+        clock_ms = self.clock.now_ms()
+        now_ms = clock_ms if now_ms is None else max(now_ms, clock_ms)
         delivered = 0
         for scanner in self.scanners.values():
             issued = scanner.scan(now_ms, self.level_budget)

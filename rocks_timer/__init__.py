@@ -6,16 +6,17 @@ from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import (ConfigError, CorruptRecordError, DelayOutOfRangeError,
                                 EngineNotAvailableError, InvalidHandleError, InvalidMessageError,
                                 PutFailedError, RocksTimerError, StoreClosedError, StoreLockedError,
-                                TimerFlowControlError)
+                                TimerFlowControlError, UnsupportedOperationError)
 from rocks_timer.message import Message
-from rocks_timer.timer.store import PendingEntry, ScanPage, TimerStore
+from rocks_timer.timer.store import KeyCancel, PendingEntry, Rescheduled, ScanPage, TimerStore
 
 __all__ = [
     "Broker", "BrokerConfig", "Clock", "ConfigError", "CorruptRecordError",
     "DelayOutOfRangeError", "EngineNotAvailableError", "InvalidHandleError",
     "InvalidMessageError", "ManualClock", "Message", "PendingEntry", "PutFailedError",
     "RocksTimerError", "ScanPage", "SendResult", "StoreClosedError", "StoreLockedError",
-    "SystemClock", "TimerFlowControlError", "TimerStore",
+    "SystemClock", "TimerFlowControlError", "TimerStore", "KeyCancel", "Rescheduled",
+    "UnsupportedOperationError",
 ]
 __version__ = "0.1.0"
 

@@ -15,7 +15,8 @@ from typing import Callable, NamedTuple
 
 from rocks_timer.consumequeue import ENTRY, tags_hash
 from rocks_timer.message import SCHEDULE_TOPIC, Message
-from rocks_timer.record import encode_record_into, message_record_size
+from rocks_timer.record import (PREPARED_TRAILER_SIZE, encode_record_into, finish_prepared_into,
+                                message_record_size, prepared_fields)
 
 try:
     from rocks_timer._native import codec as native
@@ -43,13 +44,16 @@ class Batch(NamedTuple):
     queues: list[QueueRun]
 
 
-def prepare_batch_py(messages: list[Message], max_body: int, max_properties: int
+def prepare_batch_py(messages: list[Message | bytes], max_body: int, max_properties: int
                      ) -> tuple[int, bool]:
     """The producer's share, before a batch is queued: cache every property string and sum the
     bodies. Returns (body bytes, clean); not clean when a message is over a limit or has no id,
     which the caller handles message by message."""
     body_bytes, clean = 0, True
     for msg in messages:
+        if type(msg) is bytes:  # a prepared record (record.prepare_record): checked already
+            body_bytes += len(msg)
+            continue
         body = len(msg.body)
         body_bytes += body
         if body > max_body or len(msg.encoded_properties) > max_properties or not msg.msg_id:
@@ -57,7 +61,12 @@ def prepare_batch_py(messages: list[Message], max_body: int, max_properties: int
     return body_bytes, clean
 
 
-def encode_batch_py(messages: list[Message], first: int, start: int, limit: int, store_ms: int,
+def record_size_of(item: Message | bytes) -> int:
+    """The CommitLog bytes of a batch item: a message, or a prepared record."""
+    return len(item) - PREPARED_TRAILER_SIZE if type(item) is bytes else message_record_size(item)
+
+
+def encode_batch_py(messages: list[Message | bytes], first: int, start: int, limit: int, store_ms: int,
                     assigned: dict[QueueKey, int], lookup: Callable[[QueueKey], int],
                     schedule_tags: Callable[[Message], int]) -> Batch:
     """Encode ``messages[first:]`` from CommitLog offset ``start``, stopping before the first
@@ -71,20 +80,29 @@ def encode_batch_py(messages: list[Message], first: int, start: int, limit: int,
     runs: dict[QueueKey, list] = {}  # key -> [first offset, next offset, entries, bytes]
     position, i = start, first
     for msg in messages[first:]:
-        size = message_record_size(msg)
+        prepared = type(msg) is bytes
+        if prepared:
+            size, topic, queue_id, tags = prepared_fields(msg)
+            key = (topic, queue_id)
+        else:
+            size = message_record_size(msg)
+            key = (msg.topic, msg.queue_id or 0)
         if position + size > limit:
             break
-        key = (msg.topic, msg.queue_id or 0)
         run = runs.get(key)
         if run is None:
             offset = assigned.get(key)
             offset = lookup(key) if offset is None else offset
             run = runs[key] = [offset, offset, bytearray(), 0]
-        encode_record_into(buf, msg, msg.encoded_properties, queue_id=key[1], queue_offset=run[1],
-                           physical_offset=position, store_ms=store_ms,
-                           born_ms=store_ms if msg.born_ms is None else msg.born_ms)
-        tags = (schedule_tags(msg) if msg.topic == SCHEDULE_TOPIC
-                else tags_hash(msg.tags) if msg.tags else 0)
+        if prepared:
+            finish_prepared_into(buf, msg, queue_offset=run[1], physical_offset=position,
+                                 store_ms=store_ms)
+        else:
+            encode_record_into(buf, msg, msg.encoded_properties, queue_id=key[1],
+                               queue_offset=run[1], physical_offset=position, store_ms=store_ms,
+                               born_ms=store_ms if msg.born_ms is None else msg.born_ms)
+            tags = (schedule_tags(msg) if msg.topic == SCHEDULE_TOPIC
+                    else tags_hash(msg.tags) if msg.tags else 0)
         run[2] += ENTRY.pack(position, size, tags)
         meta += META.pack(run[1], position, size, key[1])
         run[1] += 1

@@ -12,16 +12,17 @@ import fcntl
 import logging
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from rocks_timer import datadir
+from rocks_timer.broker_keys import KeyedOperations
 from rocks_timer.check import CheckReport, check_broker
 from rocks_timer.clock import Clock, ManualClock, SystemClock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.consumer_offsets import ConsumerOffsets
-from rocks_timer.errors import ConfigError, EngineNotAvailableError, StoreClosedError, StoreLockedError
+from rocks_timer.errors import (ConfigError, CorruptRecordError, EngineNotAvailableError,
+                                StoreClosedError, StoreLockedError)
 from rocks_timer.message import Message
 from rocks_timer.message_store import MessageStore
 from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, private_dir,
@@ -34,10 +35,10 @@ log = logging.getLogger(__name__)
 _RETENTION_EVERY_MS = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class SendResult:
+class SendResult(NamedTuple):
     """What ``send`` returns. ``handle`` is None for messages stored at once and level messages
-    (RocketMQ gives recall handles to timer messages only)."""
+    (RocketMQ gives recall handles to timer messages only). A NamedTuple: immutable, and the
+    cheapest object to build once per message sent."""
 
     msg_id: str
     handle: str | None
@@ -72,8 +73,9 @@ def _open_level_service(root: Path, config: BrokerConfig, messages: MessageStore
     return service
 
 
-class Broker:
-    """One data directory, one process: send, scan, cancel, pull, stats, tick/start/stop."""
+class Broker(KeyedOperations):
+    """One data directory, one process: send, scan, cancel, pull, stats, tick/start/stop;
+    find / cancel / reschedule by key and the due histogram come from ``KeyedOperations``."""
 
     def __init__(self, path: Path | str, config: BrokerConfig | None = None,
                  clock: Clock | None = None):
@@ -109,8 +111,13 @@ class Broker:
             self.levels = _open_level_service(self.path, self.config, self.messages, self.clock)
             datadir.record(self.path, self.config, stored_format)
             self.consumer_offsets = ConsumerOffsets(self.path)
-            self.clamped_offsets = self.consumer_offsets.clamp(self.max_offset)
+            try:
+                self.clamped_offsets = self.consumer_offsets.clamp(self.max_offset)
+            except CorruptRecordError as exc:  # consume says so; sends and deliveries go on
+                log.error("%s", exc)
+                self.clamped_offsets = [str(exc)]
         except BaseException:
+            self._close_opened()
             self._release()
             raise
 
@@ -132,6 +139,16 @@ class Broker:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
+
+    def _close_opened(self) -> None:
+        """A failed open closes what it had opened (threads, files, RocksDB locks)."""
+        for part in ("levels", "timer", "messages"):
+            opened = self.__dict__.get(part)
+            if opened is not None:
+                try:
+                    opened.close()
+                except Exception:  # noqa: BLE001 - the open's own error is the one to raise
+                    log.exception("closing %s after a failed open", part)
 
     def _release(self) -> None:
         if self._lock_fd is not None:
@@ -157,29 +174,38 @@ class Broker:
         """Validate every message first (nothing is stored if one is bad), then store: timer
         messages in one atomic batch of the engine, the others through one group commit."""
         self._check_open()
-        now_ms = self.clock.now_ms()
-        routes = [route(m, now_ms=now_ms, config=self.config, **schedule) for m in messages]
-        if any(r.kind == "level" for r in routes) and self.levels is None:
+        now_ms, config = self.clock.now_ms(), self.config
+        routes = [route(m, now_ms=now_ms, config=config, **schedule) for m in messages]
+        timers: list[int] = []
+        direct: list[int] = []
+        for i, r in enumerate(routes):
+            (timers if r.kind == "timer" else direct).append(i)
+        if direct and self.levels is None and any(routes[i].kind == "level" for i in direct):
             raise EngineNotAvailableError("delay levels are not available in this build")
         results: list[SendResult | None] = [None] * len(routes)
-        timers = [(i, r) for i, r in enumerate(routes) if r.kind == "timer"]
         if timers:
-            scheduled = self.timer.schedule(
-                [TimerRecord(r.due_ms, r.message) for _, r in timers], now_ms)
-            for (i, r), s in zip(timers, scheduled):
-                results[i] = SendResult(r.message.msg_id, s.handle, r.due_ms, r.message.topic,
-                                        r.message.queue_id or 0, self.timer.name)
+            timer = self.timer
+            scheduled = timer.schedule([TimerRecord(routes[i].due_ms, routes[i].message)
+                                        for i in timers], now_ms)
+            name, wake = timer.name, False
+            for i, s in zip(timers, scheduled):
+                r = routes[i]
+                m = r.message
+                results[i] = SendResult(m.msg_id, s.handle, r.due_ms, m.topic, m.queue_id or 0,
+                                        name)
+                wake = wake or s.key_due_ms < self._wake_at_ms
             self.sent["timer"] += len(timers)
-            if min(s.key_due_ms for s in scheduled) < self._wake_at_ms:
+            if wake:
                 self._wake.set()
-        direct = [(i, r) for i, r in enumerate(routes) if r.kind != "timer"]
-        puts = self.messages.put_messages([r.message for _, r in direct]) if direct else []
-        for (i, r), put in zip(direct, puts):
-            due = put.store_ms + (r.due_ms - now_ms) if r.kind == "level" else put.store_ms
-            topic = r.message.properties.get("REAL_TOPIC", r.message.topic)
-            queue_id = int(r.message.properties.get("REAL_QID", put.queue_id))
-            results[i] = SendResult(put.msg_id, None, due, topic, queue_id, r.kind)
-            self.sent[r.kind] += 1
+        if direct:
+            puts = self.messages.put_messages([routes[i].message for i in direct])
+            for i, put in zip(direct, puts):
+                r = routes[i]
+                due = put.store_ms + (r.due_ms - now_ms) if r.kind == "level" else put.store_ms
+                topic = r.message.properties.get("REAL_TOPIC", r.message.topic)
+                queue_id = int(r.message.properties.get("REAL_QID", put.queue_id))
+                results[i] = SendResult(put.msg_id, None, due, topic, queue_id, r.kind)
+                self.sent[r.kind] += 1
         return results  # type: ignore[return-value]
 
     # -- timer queries ------------------------------------------------------------------------
@@ -343,10 +369,12 @@ class Broker:
             "sent": dict(self.sent),
             "delivered": self.deliverer.delivered,
             "cancelled": self.cancelled,
+            "rescheduled": self.rescheduled,
             "in_flight": self.deliverer.in_flight,
             "failed_puts": self.deliverer.failed_puts,
             "lag_ms": lag_ms,
             "timer": timer,
+            "due": self.due_histogram(),
             "commitlog": self.messages.stats(),
             "levels": self.levels.stats() if self.levels is not None else None,
             "clamped_consumer_offsets": list(self.clamped_offsets),

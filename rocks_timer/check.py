@@ -57,6 +57,9 @@ class CheckReport:
         return {"ok": self.ok, "problems": list(self.problems),
                 "more_problems": self.more_problems, **self.figures}
 
+    def __getitem__(self, key: str) -> Any:  # report["problems"], as the engines' checks read
+        return self.as_dict()[key]
+
 
 class _Entries:
     """A queue's entries read in chunks, for comparing with records in log order."""
@@ -150,6 +153,7 @@ def _check_timer(report: CheckReport, broker) -> None:
         result = engine_check()
     except RocksTimerError as exc:  # a corrupt SST, for instance: the report says so
         report.add(f"timer engine {timer.name}: {exc}")
+        report.figures["timer"] = {"engine": timer.name, "pending": timer.pending_count()}
         return
     for problem in result.get("problems", []):
         report.add(f"timer engine {timer.name}: {problem}")

@@ -19,6 +19,8 @@ it.
 from __future__ import annotations
 
 import json
+import logging
+import math
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -27,6 +29,7 @@ from rocks_timer.errors import ConfigError
 from rocks_timer.fileio import replace_durably
 from rocks_timer.private import private_dir
 
+log = logging.getLogger(__name__)
 FILE = Path("config") / "engine.json"
 BROKER_FORMAT = ("commitlog_segment_size", "consume_queue_entries_per_file")
 ENGINE_FORMAT = {"wheel": ("timer_precision_ms",)}
@@ -43,7 +46,7 @@ def read_format(data_dir: Path | str) -> dict[str, Any] | None:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        return None
+        return _inferred(Path(data_dir), path)
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
@@ -53,7 +56,8 @@ def read_format(data_dir: Path | str) -> dict[str, Any] | None:
     valid = {f: int for f in BROKER_FORMAT} | {"timer_precision_ms": int, "timer_engine": str}
     if not isinstance(stored, dict) or not isinstance(stored.get("timer_engine"), str) or any(
             name not in valid for name in stored) or any(
-            name in stored and (not isinstance(stored[name], kind) or isinstance(stored[name], bool))
+            name in stored and (not isinstance(stored[name], kind)
+                                or isinstance(stored[name], bool))
             for name, kind in valid.items()):
         raise ConfigError(
             f"{path} is damaged ({len(raw)} bytes, not the data dir's engine record, or one "
@@ -61,6 +65,35 @@ def read_format(data_dir: Path | str) -> dict[str, Any] | None:
             'as {"timer_engine": "<rocksdb|wheel>"} naming the engine whose files the data dir '
             "holds (timer-rocksdb/ or wheel/), then run `rtimer check`")
     return stored
+
+
+def _inferred(data_dir: Path, path: Path) -> dict[str, Any] | None:
+    """A data dir whose record is missing but which holds an engine's files: that engine (so
+    a lost record never strands pending messages under a fresh store of the default engine)."""
+    found = [engine for engine, sub in (("rocksdb", "timer-rocksdb"), ("wheel", "wheel"))
+             if (data_dir / sub).is_dir() and any((data_dir / sub).iterdir())]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise ConfigError(f"{path} is missing and {data_dir} holds files of both timer engines "
+                          '(timer-rocksdb/ and wheel/); write {"timer_engine": "<rocksdb|wheel>"}'
+                          " into it naming the engine it ran")
+    inferred: dict[str, Any] = {"timer_engine": found[0]}
+    # segment and file sizes: the gcd of the files' start offsets (names) where there are some
+    starts = [int(p.name) for p in (data_dir / "commitlog").glob("[0-9]" * 20)]
+    if math.gcd(*starts):
+        inferred["commitlog_segment_size"] = math.gcd(*starts)
+    starts = [int(p.name) for p in (data_dir / "consumequeue").glob("*/*/" + "[0-9]" * 20)]
+    if math.gcd(*starts):
+        inferred["consume_queue_entries_per_file"] = math.gcd(*starts) // 20
+    try:
+        wheel = json.loads((data_dir / "wheel" / "config" / "format.json").read_text("utf-8"))
+        if found[0] == "wheel" and isinstance(wheel.get("precision_ms"), int):
+            inferred["timer_precision_ms"] = wheel["precision_ms"]
+    except (OSError, ValueError, AttributeError):
+        pass
+    log.warning("%s is missing; from the data dir's files: %s", path, inferred)
+    return inferred
 
 
 def adopt(data_dir: Path | str, config: BrokerConfig, explicit: Iterable[str] = ()
@@ -110,8 +143,9 @@ def record(data_dir: Path | str, config: BrokerConfig, stored: dict[str, Any] | 
     if config.timer_engine == "memory" and stored:
         return
     wanted = {name: getattr(config, name) for name in format_fields(config.timer_engine)}
-    if stored and stored["timer_engine"] != "memory" and all(k in stored for k in wanted):
-        return
     path = Path(data_dir) / FILE
+    if stored and stored["timer_engine"] != "memory" and all(k in stored for k in wanted) \
+            and path.exists():
+        return
     private_dir(path.parent)
     replace_durably(path, json.dumps(wanted, sort_keys=True).encode("ascii"))

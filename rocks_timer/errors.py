@@ -43,6 +43,20 @@ class TimerFlowControlError(RocksTimerError):
     WHEEL_TIMER_FLOW_CONTROL, ``timer_congest_num_each_slot``); nothing was stored."""
 
 
+class InvalidArgumentError(RocksTimerError, ValueError):
+    """A command or socket request argument outside its bounds (count, limit, queue id...)."""
+
+
+class ServerBusyError(RocksTimerError):
+    """The running broker's socket refused or closed a connection (connection cap, buffered
+    bytes limit, idle time); nothing was done for it."""
+
+
+class UnsupportedOperationError(RocksTimerError):
+    """An operation the configured timer engine cannot do exactly (for instance find or
+    reschedule on the file wheel, which keeps no index by key); nothing was changed."""
+
+
 class PutFailedError(RocksTimerError):
     """A CommitLog put that did not land; callers retry it."""
 

@@ -23,13 +23,13 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 from rocks_timer.clock import Clock
 from rocks_timer.commitlog import CommitLog
 from rocks_timer.config import BrokerConfig
-from rocks_timer.batch_encoder import META, encode_batch, prepare_batch
+from rocks_timer.batch_encoder import META, encode_batch, prepare_batch, record_size_of
 from rocks_timer.consumequeue import ConsumeQueue, ConsumeQueueSet, tags_code
 from rocks_timer.cq_recovery import rebuild_consume_queues
 from rocks_timer.errors import (CorruptRecordError, InvalidMessageError, PutFailedError,
                                 RocksTimerError, StoreClosedError)
 from rocks_timer.message import Message, new_msg_id
-from rocks_timer.record import MAX_STORED_PROPERTIES, decode_record, message_record_size
+from rocks_timer.record import MAX_STORED_PROPERTIES, decode_record, prepared_identity
 
 log = logging.getLogger(__name__)
 _GROUP_MAX_MESSAGES = 4096
@@ -80,8 +80,8 @@ class PutResults(Sequence):
         i = self._start + index
         queue_offset, position, size, queue_id = META.unpack_from(self._meta, i * META.size)
         msg = self._messages[i]
-        return PutResult(msg.msg_id, msg.topic, queue_id, queue_offset, position, size,
-                         self._store_ms)
+        msg_id, topic = prepared_identity(msg) if type(msg) is bytes else (msg.msg_id, msg.topic)
+        return PutResult(msg_id, topic, queue_id, queue_offset, position, size, self._store_ms)
 
     @property
     def end_offset(self) -> int:
@@ -134,10 +134,15 @@ class MessageStore:
         """Queue one message for the next group write; the future gives its PutResult."""
         return self._submit([msg], single=True)
 
-    def put_messages_async(self, messages: list[Message]) -> "Future[list[PutResult]]":
+    def put_messages_async(self, messages: list[Message], durable: bool = False
+                           ) -> "Future[list[PutResult]]":
         """Queue messages to be written together in one group (contiguous, in order); one
-        future for all of them, so a batch pays for one wake-up instead of one per message."""
-        return self._submit(list(messages), single=False)
+        future for all of them, so a batch pays for one wake-up instead of one per message.
+        ``durable``: the writer fdatasyncs the CommitLog through them before the future is
+        done (the deliverer's puts: the sync then runs on the writer's thread, beside the next
+        claim, instead of on the deliverer's)."""
+        messages = list(messages)
+        return self._queue(messages, False, self._prepare(messages), durable)
 
     def put_message(self, msg: Message, timeout: float | None = 30.0) -> PutResult:
         """Store one message and wait for it (see ``put_messages``)."""
@@ -176,16 +181,19 @@ class MessageStore:
                                           MAX_STORED_PROPERTIES)
         if not clean:
             for i, msg in enumerate(messages):
+                if type(msg) is bytes:  # a prepared record, checked when it was prepared
+                    continue
                 self._check(msg)  # raises, naming the value and the limit
                 if msg.msg_id is None:
                     messages[i] = msg.with_properties({"UNIQ_KEY": new_msg_id()})
         return body_bytes
 
-    def _queue(self, messages: list[Message], single: bool, body_bytes: int) -> Future:
+    def _queue(self, messages: list[Message], single: bool, body_bytes: int,
+               durable: bool = False) -> Future:
         future: Future = Future()
         with self._queued_lock:
             self._queued += 1
-        self._inbox.put((messages, future, single, body_bytes))
+        self._inbox.put((messages, future, single, body_bytes, durable))
         return future
 
     def _write_if_idle(self, messages: list[Message]) -> PutResults | None:
@@ -234,7 +242,7 @@ class MessageStore:
                 size += nxt[3]
             self._write_group(group)
 
-    def _write_group(self, group: list[tuple[list[Message], Future, bool, int]]) -> None:
+    def _write_group(self, group: list[tuple[list[Message], Future, bool, int, bool]]) -> None:
         live = [item for item in group if item[1].set_running_or_notify_cancel()]
         try:
             with self._write_lock:
@@ -246,8 +254,13 @@ class MessageStore:
                 future.set_exception(PutFailedError(f"commitlog write failed: {exc}"))
             return
         self._written(len(group))
+        if any(item[4] for item in live):
+            try:
+                self.commitlog.sync_to(results.end_offset)
+            except OSError as exc:  # the deliverer's own sync raises it again, before forgetting
+                log.error("commitlog sync after a delivery group failed: %s", exc)
         at = 0
-        for messages, future, single, _ in live:
+        for messages, future, single, *_ in live:
             future.set_result(results[at] if single else results[at:at + len(messages)])
             at += len(messages)
 
@@ -266,11 +279,11 @@ class MessageStore:
 
         commitlog, assigned, batches, i = self.commitlog, {}, [], 0
         while i < len(messages):
-            start = commitlog.position_for(message_record_size(messages[i]))
+            start = commitlog.position_for(record_size_of(messages[i]))
             batch = encode_batch(messages, i, start, commitlog.segment_limit(), store_ms,
                                  assigned, self._queue_offset, schedule_tags)
             if batch.count == 0:
-                raise ValueError(f"a record of {message_record_size(messages[i])} bytes does "
+                raise ValueError(f"a record of {record_size_of(messages[i])} bytes does "
                                  f"not fit in a CommitLog segment of {commitlog.segment_size}")
             commitlog.write(start, batch.data, store_ms)
             batches.append(batch)

@@ -96,8 +96,3 @@ def tighten(root: Path | str) -> int:
     if changed:
         log.info("data dir %s: made %d entries owner-only (0700/0600)", root, changed)
     return changed
-
-
-def open_private(path: Path | str, flags: int) -> int:
-    """``os.open`` with :data:`FILE_MODE` for a file it creates."""
-    return os.open(path, flags, FILE_MODE)

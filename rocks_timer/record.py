@@ -82,6 +82,69 @@ def encode_record_into(buf: bytearray, msg: Message, props: bytes, *, queue_id: 
     return size
 
 
+# --- prepared records: encoded before the writer knows where they go ---------------------------
+PREPARED_TRAILER = struct.Struct(">qB")  # after the record: its tags code, and flags
+PREPARED_TRAILER_SIZE = PREPARED_TRAILER.size  # 9
+PREPARED_BORN_AT_STORE = 0x01  # flag: bornTimestamp is the store time (the message had none)
+_QUEUE_OFFSET_AT, _PHYSICAL_OFFSET_AT, _BORN_MS_AT, _STORE_MS_AT = 20, 28, 40, 56
+_U64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+
+
+def prepare_record(msg: Message, tags_code: int) -> bytes:
+    """A *prepared* record: ``msg``'s whole CommitLog record with queueOffset, physicalOffset,
+    storeTimestamp and crc left 0, followed by ``PREPARED_TRAILER``: the tags code of its
+    ConsumeQueue entry and flags (``PREPARED_BORN_AT_STORE`` when ``msg.born_ms`` is None:
+    bornTimestamp is left 0 and becomes the store time). The writer (``batch_encoder``) fills
+    in those fields, so a prepared record costs it a copy and a CRC. The delivery path builds
+    these from stored timer values (rocks_timer/timer/delivery.py)."""
+    buf = bytearray()
+    encode_record_into(buf, msg, msg.encoded_properties, queue_id=msg.queue_id or 0,
+                       queue_offset=0, physical_offset=0, store_ms=0, born_ms=msg.born_ms or 0)
+    buf[8:12] = bytes(4)
+    flags = PREPARED_BORN_AT_STORE if msg.born_ms is None else 0
+    return bytes(buf) + PREPARED_TRAILER.pack(tags_code, flags)
+
+
+def prepared_fields(blob: bytes) -> tuple[int, str, int, int]:
+    """(record size, topic, queue id, tags code) of a prepared record; ValueError if its
+    lengths do not add up."""
+    (size,) = _I32.unpack_from(blob, 0)
+    body_len = _I32.unpack_from(blob, HEADER_SIZE)[0]
+    at = HEADER_SIZE + 4 + body_len
+    topic_len = blob[at]
+    (props_len,) = PROPS_LEN.unpack_from(blob, at + 1 + topic_len)
+    if size != FIXED_SIZE + body_len + topic_len + props_len or \
+            len(blob) != size + PREPARED_TRAILER_SIZE:
+        raise ValueError(f"prepared record of {len(blob)} bytes: its lengths do not add up")
+    topic = blob[at + 1:at + 1 + topic_len].decode("utf-8")
+    return size, topic, _I32.unpack_from(blob, 12)[0], PREPARED_TRAILER.unpack_from(blob, size)[0]
+
+
+def finish_prepared_into(buf: bytearray, blob: bytes, *, queue_offset: int,
+                         physical_offset: int, store_ms: int) -> int:
+    """Append the record of a prepared ``blob`` to ``buf`` with its place, store time and CRC
+    filled in; returns its size."""
+    (size,) = _I32.unpack_from(blob, 0)
+    record = bytearray(blob[:size])
+    _U64.pack_into(record, _QUEUE_OFFSET_AT, queue_offset)
+    _U64.pack_into(record, _PHYSICAL_OFFSET_AT, physical_offset)
+    _U64.pack_into(record, _STORE_MS_AT, store_ms)
+    if blob[-1] & PREPARED_BORN_AT_STORE:
+        _U64.pack_into(record, _BORN_MS_AT, store_ms)
+    struct.pack_into(">I", record, 8, zlib.crc32(memoryview(record)[_CRC_FROM:]))
+    buf += record
+    return size
+
+
+def prepared_identity(blob: bytes) -> tuple[str, str]:
+    """(msg id, topic) of a prepared record (what a put result names)."""
+    size, topic, _, _ = prepared_fields(blob)
+    body_len = _I32.unpack_from(blob, HEADER_SIZE)[0]
+    at = HEADER_SIZE + 4 + body_len + 1 + len(topic.encode("utf-8")) + 2
+    return decode_properties(blob[at:size]).get("UNIQ_KEY", ""), topic
+
+
 @lru_cache(maxsize=1024)
 def _topic_prefix(topic: str) -> bytes:
     """Topic length byte + topic bytes (cached: a log has few topics)."""

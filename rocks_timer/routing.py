@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import DelayOutOfRangeError, InvalidMessageError
@@ -27,10 +26,10 @@ _MSG_ID = re.compile(r"^[0-9A-F]{32}$")
 RouteKind = Literal["immediate", "level", "timer"]
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
+class Route(NamedTuple):
     """Where a validated message goes. ``message`` is what gets stored (for a level message,
-    the SCHEDULE_TOPIC_XXXX form); ``due_ms`` is when it becomes readable on its real topic."""
+    the SCHEDULE_TOPIC_XXXX form); ``due_ms`` is when it becomes readable on its real topic.
+    (A NamedTuple: one is built per message sent, and a tuple is the cheapest.)"""
 
     kind: RouteKind
     message: Message
@@ -108,7 +107,115 @@ def scheduling_properties(delay_level: int | None = None, delay_ms: int | None =
 def route(msg: Message, *, now_ms: int, config: BrokerConfig, delay_level: int | None = None,
           delay_ms: int | None = None, deliver_at_ms: int | None = None,
           deliver_at: dt.datetime | None = None) -> Route:
-    """Validate ``msg`` and decide where it goes. Raises from the error tree; stores nothing."""
+    """Validate ``msg`` and decide where it goes. Raises from the error tree; stores nothing.
+
+    The common sends (a plain message, at once or with ``delay_ms``/``deliver_at_ms``) take
+    :func:`_route_common`; anything it does not vouch for, errors included, goes through
+    :func:`route_reference`, so both give the same routes and the same errors."""
+    if delay_level is None and deliver_at is None and (delay_ms is None or deliver_at_ms is None):
+        if _native_route is not None:
+            routed = _native_route(msg, now_ms, delay_ms, deliver_at_ms, config.max_message_size,
+                                   config.max_delay_ms, MAX_PROPERTIES_SIZE, _valid_topics,
+                                   _FORBIDDEN, Message,
+                                   new_msg_id)
+            if routed is not None:
+                return _new_route(Route, routed + (0,))
+        fast = _route_common(msg, now_ms, config, delay_ms, deliver_at_ms)
+        if fast is not None:
+            return fast
+    return route_reference(msg, now_ms=now_ms, config=config, delay_level=delay_level,
+                           delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, deliver_at=deliver_at)
+
+
+try:  # the same in C (rocks_timer/_native/routing.c), when it was built
+    from rocks_timer._native.codec import route_common as _native_route
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native_route = None
+
+_new_route = tuple.__new__  # Route from a (kind, message, due_ms, level) tuple, no checks
+_valid_topics: set[str] = set()  # topics validate_topic accepted (a cache, bounded below)
+_VALID_TOPICS_MAX = 4096
+_SCHEDULE_NAMES = frozenset(TIMER_PROPERTIES) | {DELAY}
+_FORBIDDEN = _SCHEDULE_NAMES | BROKER_OWNED_PROPERTIES  # names the common send never carries
+
+
+def _route_common(msg: Message, now_ms: int, config: BrokerConfig, delay_ms: int | None,
+                  deliver_at_ms: int | None) -> Route | None:
+    """``route_reference`` for a message without schedule properties, scheduled by at most one
+    integer keyword, when every check passes; None to let the reference decide (and raise).
+
+    The checks are the reference's, done in bulk: a property name or value holding a
+    separator, or an empty one, shows in the encoded property string (one ``\x01`` and one
+    ``\x02`` per entry, no ``\x01`` at an entry's start, none right before a ``\x02``)."""
+    if type(msg) is not Message:
+        return None
+    topic = msg.topic
+    if topic not in _valid_topics:
+        try:
+            validate_topic(topic)
+        except InvalidMessageError:
+            return None
+        if len(_valid_topics) >= _VALID_TOPICS_MAX:
+            _valid_topics.clear()
+        _valid_topics.add(topic)
+    props = msg.properties
+    if (len(msg.body) > config.max_message_size or not BROKER_OWNED_PROPERTIES.isdisjoint(props)
+            or not _SCHEDULE_NAMES.isdisjoint(props)):
+        return None
+    encoded = msg.encoded_properties
+    entries = len(props)
+    if (encoded.count(b"\x01") != entries or encoded.count(b"\x02") != entries
+            or encoded[:1] == b"\x01" or b"\x02\x01" in encoded or b"\x01\x02" in encoded):
+        return None
+    msg_id = msg.msg_id
+    if msg_id is not None and not _MSG_ID.match(msg_id):
+        return None
+    queue_id = msg.queue_id
+    if queue_id is not None and not (type(queue_id) is int and 0 <= queue_id < 1024):
+        return None
+    if not 0 <= msg.flag < 1 << 31:
+        return None
+    if delay_ms is not None:
+        if type(delay_ms) is not int:
+            return None
+        name, value, due_ms = TIMER_DELAY_MS, str(delay_ms), now_ms + delay_ms
+    elif deliver_at_ms is not None:
+        if type(deliver_at_ms) is not int:
+            return None
+        name, value, due_ms = TIMER_DELIVER_MS, str(deliver_at_ms), deliver_at_ms
+    else:
+        name = value = None
+        due_ms = now_ms
+    new_props = dict(props)
+    appended = b""
+    if name is not None:
+        new_props[name] = value
+        appended = f"{name}\x01{value}\x02".encode()
+    if msg_id is None:
+        msg_id = new_props[UNIQ_KEY] = new_msg_id()
+        appended += f"{UNIQ_KEY}\x01{msg_id}\x02".encode()
+    born_ms = now_ms if msg.born_ms is None else msg.born_ms
+    if due_ms <= now_ms:
+        kind = "immediate"
+        due_ms = now_ms
+    else:
+        if due_ms - now_ms > config.max_delay_ms:
+            return None
+        kind = "timer"
+        if name != TIMER_DELIVER_MS:
+            text = str(due_ms)
+            new_props[TIMER_DELIVER_MS] = text
+            appended += f"{TIMER_DELIVER_MS}\x01{text}\x02".encode()
+    if len(encoded) + len(appended) > MAX_PROPERTIES_SIZE:
+        return None
+    return Route(kind, msg._extended(new_props, appended, msg_id, born_ms), due_ms)
+
+
+def route_reference(msg: Message, *, now_ms: int, config: BrokerConfig,
+                    delay_level: int | None = None, delay_ms: int | None = None,
+                    deliver_at_ms: int | None = None,
+                    deliver_at: dt.datetime | None = None) -> Route:
+    """The routing rules written out plainly (DESIGN §4): the reference of :func:`route`."""
     _validate(msg, config)
     props = dict(msg.properties)
     extra = scheduling_properties(delay_level, delay_ms, deliver_at_ms, deliver_at)

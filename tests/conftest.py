@@ -39,8 +39,14 @@ def make_broker(tmp_path, clock):
         return broker
 
     yield make
-    for broker in opened:
-        broker.close()
+    try:  # every test on these brokers ends with the invariant walk (diskcache's habit)
+        for broker in opened:
+            if not broker._closed:
+                report = broker.check()
+                assert report.ok, f"Broker.check() on {broker.path}: {report.problems}"
+    finally:
+        for broker in opened:
+            broker.close()
 
 
 @pytest.fixture(scope="session")

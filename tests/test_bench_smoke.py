@@ -91,6 +91,61 @@ def test_bench_peers_smoke(tmp_path, capsys):
         pytest.skip(message)
     assert set(report["systems"]) == {"rocks-timer", "beanstalkd", "Redis"}
     assert set(report["ratios"]) == {"beanstalkd", "Redis"}
-    assert all(v > 0 for ratios in report["ratios"].values() for v in ratios.values())
+    for ratios in report["ratios"].values():
+        for key in ("single", "batch", "cancel", "drain"):
+            low, high = ratios[key + "_range"]
+            assert 0 < low <= ratios[key] <= high
     assert set(report["targets"]) == {"single >= 2x beanstalkd", "batch >= 2x Redis"}
     assert "rocks-timer / beanstalkd" in out
+
+
+def test_bench_durability_smoke(tmp_path, capsys):
+    from bench import durability as bench_durability
+    assert bench_durability.main(["--messages", "200", "--sync-messages", "50", "--runs", "1",
+                                  "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "durability.json").read_text())
+    assert set(report["variants"]) == set(bench_durability.VARIANTS)
+    for row in report["variants"].values():
+        assert row["async"]["msgs_per_s"] > 0 and row["sync"]["msgs_per_s"] > 0
+    deliver = report["variants"]["deliver"]
+    assert deliver["async"]["commitlog_sync_rounds"] >= 1  # synced before forgetting
+    assert "sync / async" in capsys.readouterr().out
+
+
+def test_socket_load_small(tmp_path, capsys):
+    """The in-suite variant of the socket load test (the full one, 1,000 connections and
+    100 MB of junk, is ``python -m bench.socket_load``, quoted in docs/BENCHMARKS.md): a real
+    ``rtimer run`` keeps answering normal clients through a connection flood and junk lines.
+    Latency is reported, not asserted here (the bound is generous)."""
+    from bench import socket_load
+    assert socket_load.main(["--connections", "200", "--junk-mb", "4", "--junk-clients", "4",
+                             "--normal-clients", "2", "--max-latency", "30",
+                             "--time-limit", "120", "--results-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "socket_load.json").read_text())["result"]
+    assert result["flood_opened"] == 200 and result["flood_connect_errors"] == 0
+    assert result["junk_bytes"] >= 4_000_000 and result["junk_replies"] > 0
+    assert result["normal_calls"] > 0 and result["normal_failed"] == 0
+    assert result["broker_tracebacks"] == 0 and result["broker_exit"] == 0
+    assert result["broker_stopped_cleanly"]
+    assert "ok=True" in capsys.readouterr().out
+
+
+def test_bench_reopen_smoke(tmp_path, capsys):
+    from bench import reopen as bench_reopen
+    assert bench_reopen.main(["--messages", "2000", "--runs", "1", "--data",
+                              str(tmp_path / "data"), "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "reopen.json").read_text())
+    assert report["messages"] == 2000 and len(report["open_s"]) == 1
+    assert "open over 2000 messages" in capsys.readouterr().out
+
+
+def test_bench_keys_smoke(tmp_path, capsys):
+    from bench import keys as bench_keys
+    assert bench_keys.main(["--messages", "200", "--wa-messages", "200", "--runs", "1",
+                            "--workloads", "cancel", "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "keys.json").read_text())
+    assert report["send"]["vlog_schedule_batch100"]["keyed_msgs_per_s"] > 0
+    assert {(r["layout"], r["keys"]) for r in report["wa"]} == {
+        ("inline", False), ("inline", True), ("vlog", False), ("vlog", True)}
+    assert all(r["complete"] for r in report["wa"])
+    assert "keyed / no keys" in capsys.readouterr().out

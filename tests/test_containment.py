@@ -42,6 +42,29 @@ def test_tick_with_a_time_behind_the_clock_delivers_nothing_early(tmp_path, engi
         assert broker.check().ok
 
 
+def test_the_level_service_ignores_a_stale_time_but_honours_a_clock_step(tmp_path):
+    clock = ManualClock(START_MS)
+    with Broker.open(tmp_path, BrokerConfig(timer_engine="memory"), clock=clock) as broker:
+        broker.send(Message("orders", b"level"), delay_level=17)     # 1 h
+        assert broker.levels.tick(START_MS - 3 * HOUR) == 0
+        clock.set(START_MS - 3 * HOUR)  # the clock itself stepped back: RocketMQ's rule
+        assert broker.levels.tick() == 1
+
+
+def test_a_wheel_dir_keeps_its_precision_whatever_the_config_file_leaves_out(tmp_path):
+    data, conf = tmp_path / "data", tmp_path / "broker.conf"
+    conf.write_text("timerEngine=wheel\ntimerPrecisionMs=1000\n")
+    assert run(data, "send", "orders", "x", "--delay", "1h", config=conf).exit_code == 0
+    conf.write_text("timerMaxDelaySec=86400\n")
+    result = run(data, "scan", "--json", config=conf)
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.output)) == 1
+    conf.write_text("timerPrecisionMs=500\n")
+    result = run(data, "scan", config=conf)
+    assert result.exit_code == 1
+    assert "timer_precision_ms=1000" in result.output and "timer_precision_ms=500" in result.output
+
+
 def test_a_data_dir_reopens_with_its_own_segment_size(tmp_path, clock):
     small = BrokerConfig(commitlog_segment_size=1 << 20, max_message_size=64 * 1024,
                          timer_engine="wheel")

@@ -21,124 +21,48 @@ consumer still gets, how many timer messages are pending, what ``stats``/``check
     consumequeue last  wrong size      all (junk tail cut)        recovery: file too long   0
     consumequeue mid   wrong size      all                        file too long (check)     1
     consumequeue       permissions     everything (refused)       OS error naming file      1
+    level queue entry  tags code zeroed  delivered on time, not early  counted (early_tags)  0
     timerlog (wheel)   torn tail       all pending                -                         0
     timerlog (wheel)   flipped byte    all but that unit's one    corrupt unit              1
     timerlog (wheel)   missing         all pending (re-enqueued)  recovery: lost            0
+    timerlog (wheel)   truncated mid   all pending (re-enqueued)  recovery: lost            0
+    timerlog (wheel)   wrong size      everything (refused)       ConfigError               1
+    timerlog (wheel)   permissions     everything (refused)       OS error naming file      1
     timerwheel         missing         all pending (re-enqueued)  recovery: lost            0
     timerwheel         wrong size      everything (refused)       ConfigError               1
-    timercheck         flipped byte    everything (refused)       CorruptRecordError        1
+    timercheck         truncated       everything (refused)       CorruptRecordError        1
+    wheel format.json  flipped byte    everything (refused)       ConfigError               1
+    timermetrics       flipped byte    all (counts from .bak)     -                         0
+    timercheck         missing         all pending                -                         0
     vlog segment       torn tail       all but the torn record    set aside when due        1
     vlog segment       flipped byte    all but that record        check names it            1
     vlog segment       missing         the other segments         check names it            1
+    vlog segment       permissions     everything (refused)       OS error naming file      1
     rocksdb CURRENT    missing         everything (refused)       `rtimer repair` named     1
     engine.json        flipped byte    everything (refused)       ConfigError naming it     1
-    consumerOffset     flipped byte    everything (refused)       CorruptRecordError        1
+    engine.json        missing         all (engine from the files) -                        0
+    consumerOffset     flipped byte    all; consume refused       CorruptRecordError        1
     consumerOffset     permissions     consume refused            OS error naming file      1
+    consumerOffset     missing         all (groups start over)    -                         0
     delayOffset        flipped byte    all (falls back to .bak)   offset file problems      0
 """
+
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from rocks_timer import Broker, BrokerConfig, ConfigError, CorruptRecordError, ManualClock, Message
+from rocks_timer import ConfigError, CorruptRecordError, ManualClock, Message
 
 from engine_helpers import START_MS
-
-SEGMENT = 96 * 1024
-N = 60
-PENDING = 5
-HOUR = 3_600_000
-
-
-def config(engine: str = "rocksdb") -> BrokerConfig:
-    return BrokerConfig(timer_engine=engine, commitlog_segment_size=SEGMENT,
-                        max_message_size=64 * 1024, consume_queue_entries_per_file=16,
-                        rocksdb_layout="vlog", vlog_inline_max_bytes=0)
-
-
-def seed(path: Path, engine: str = "rocksdb") -> dict:
-    """60 messages of ~4 KB on orders (three CommitLog segments), 5 pending timer messages, a
-    level message, a consumer group at offset 10. Returns where things landed."""
-    clock = ManualClock(START_MS)
-    with Broker.open(path, config(engine), clock=clock) as broker:
-        results = broker.send_batch([Message("orders", b"m%03d" % i + bytes(4000))
-                                     for i in range(N)])
-        for i in range(PENDING):
-            broker.send(Message("later", b"t%d" % i + bytes(600)), delay_ms=HOUR + i)
-        broker.send(Message("levelled", b"lv"), delay_level=3)
-        broker.tick()
-        broker.consumer_offsets.commit("orders", "g", 0, 10)
-        offsets = [broker.pull("orders", 0, i, 1)[0].commitlog_offset for i in range(N)]
-        assert broker.check().ok
-    return {"offsets": offsets, "results": results}
-
-
-def reopen(path: Path, engine: str = "rocksdb") -> Broker:
-    return Broker.open(path, config(engine), clock=ManualClock(START_MS))
-
-
-def kept(broker: Broker) -> list[int]:
-    """Indexes of the orders messages a consumer gets, walking the whole queue."""
-    got, offset = [], 0
-    while True:
-        messages, nxt = broker.messages.pull_page("orders", 0, offset, 7)
-        got += [int(m.body[1:4]) for m in messages]
-        if nxt == offset:
-            return got
-        offset = nxt
-
-
-def rtimer_check(path: Path) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, ["--data-dir", str(path), "check"], catch_exceptions=False)
-    assert "Traceback" not in result.output
-    return result.exit_code, result.output
-
-
-def segment(path: Path, n: int) -> Path:
-    return path / "commitlog" / f"{n * SEGMENT:020d}"
-
-
-def flip(file: Path, at: int) -> None:
-    data = bytearray(file.read_bytes())
-    data[at] ^= 0x5A
-    file.write_bytes(bytes(data))
-
-
-def cq_file(path: Path, n: int) -> Path:
-    return path / "consumequeue" / "orders" / "0" / f"{n * 16 * 20:020d}"
-
-
-class Denied:
-    """Make a file unusable by this process: mode 000, or, for root (whom modes do not stop),
-    the immutable attribute, which refuses opening it for writing."""
-
-    def __init__(self, file: Path):
-        self.file = file
-
-    def __enter__(self):
-        if os.geteuid() == 0:
-            done = subprocess.run(["chattr", "+i", str(self.file)], capture_output=True)
-            if done.returncode != 0:
-                if os.environ.get("CI") == "true":
-                    pytest.fail(f"chattr +i failed: {done.stderr!r}")
-                pytest.skip("running as root on a file system without chattr +i")
-        else:
-            self.file.chmod(0)
-        return self
-
-    def __exit__(self, *exc):
-        if os.geteuid() == 0:
-            subprocess.run(["chattr", "-i", str(self.file)], check=True)
-        else:
-            self.file.chmod(0o600)
+from fault_support import (ALL_LATER, HOUR, N, PENDING, SEGMENT, Denied, config, cq_file,
+                           delivered_later, flip, kept, reopen, rtimer_check, seed, segment,
+                           vlog_files, wheel_pending)
 
 
 # -- CommitLog -------------------------------------------------------------------------------
@@ -295,19 +219,21 @@ def test_consumequeue_file_without_permission_is_refused(tmp_path):
     assert rtimer_check(tmp_path)[0] == 0
 
 
+def test_a_level_entry_whose_due_time_was_zeroed_is_not_delivered_early(tmp_path):
+    seed(tmp_path)
+    entry = tmp_path / "consumequeue" / "SCHEDULE_TOPIC_XXXX" / "2" / f"{0:020d}"
+    data = bytearray(entry.read_bytes())
+    data[12:20] = bytes(8)  # the tags code: the level message's deliver time
+    entry.write_bytes(bytes(data))
+    with reopen(tmp_path) as broker:
+        assert broker.tick() == 0 and broker.pull("levelled") == []
+        assert broker.levels.stats()["levels"][3]["early_tags"] >= 1
+        broker.clock.set(START_MS + 10_000)
+        assert broker.tick() == 1 and broker.pull("levelled")[0].body == b"lv"
+    assert rtimer_check(tmp_path)[0] == 0
+
+
 # -- the file wheel: TimerLog, wheel, checkpoint -----------------------------------------------
-def wheel_pending(broker: Broker) -> list[bytes]:
-    """Deliver every pending timer message (an hour on) and return the bodies' prefixes."""
-    clock = broker.clock
-    clock.set(START_MS + 2 * HOUR)
-    for _ in range(30):
-        broker.tick()
-    return sorted({m.body[:2] for m in broker.pull("later", 0, 0, 100)})
-
-
-ALL_LATER = [b"t%d" % i for i in range(PENDING)]
-
-
 def test_timerlog_torn_tail_keeps_the_pending_messages(tmp_path):
     seed(tmp_path, "wheel")
     log = tmp_path / "wheel" / "timerlog" / f"{0:020d}"
@@ -331,6 +257,8 @@ def test_timerlog_flipped_unit_is_skipped_and_the_others_kept(tmp_path):
                                    "skipped"]
         assert wheel_pending(broker) == [b"t0", b"t2", b"t3", b"t4"]
     assert rtimer_check(tmp_path)[0] == 1
+    stats = CliRunner().invoke(cli, ["--data-dir", str(tmp_path), "stats"]).output
+    assert "DAMAGED" in stats and "1 corrupt TimerLog unit(s) skipped" in stats
 
 
 @pytest.mark.parametrize("lost", ["timerlog", "timerwheel"])
@@ -345,6 +273,56 @@ def test_a_lost_timerlog_or_wheel_is_rebuilt_from_the_timer_topic(tmp_path, lost
     assert rtimer_check(tmp_path)[0] == 0
 
 
+def test_timerlog_truncated_middle_segment_is_re_enqueued(tmp_path):
+    """Small TimerLog segments (the broker uses 64 MiB ones): the wheel engine directly."""
+    from rocks_timer.message_store import MessageStore
+    from rocks_timer.timer.store import TimerRecord
+    from rocks_timer.timer.wheel import WheelTimerStore
+    clock = ManualClock(START_MS)
+    conf = config("wheel")
+
+    def open_wheel():
+        store = MessageStore.open(tmp_path, conf, clock)
+        return store, WheelTimerStore.open(tmp_path / "wheel", store, conf, clock=clock,
+                                           timerlog_segment_size=52 * 10 + 16)
+    store, wheel = open_wheel()
+    wheel.schedule([TimerRecord(START_MS + HOUR + i, Message("later", b"%03d" % i))
+                    for i in range(40)], START_MS)
+    wheel.maintain(START_MS)
+    wheel.close(), store.close()
+    middle = tmp_path / "wheel" / "timerlog" / f"{536:020d}"
+    os.truncate(middle, 3 * 52)
+    store, wheel = open_wheel()
+    assert wheel.recovery["lost"] == [f"timerlog segment {536:020d} is short"]
+    clock.set(START_MS + 2 * HOUR)
+    got = set()
+    for _ in range(20):
+        wheel.maintain(clock.now_ms())
+        records = wheel.claim_due(clock.now_ms(), 1000, 1 << 24)
+        got |= {r.message.body for r in records}
+        wheel.complete(records, None)
+    assert got == {b"%03d" % i for i in range(40)}
+    wheel.close(), store.close()
+
+
+def test_timerlog_segment_of_the_wrong_size_is_refused(tmp_path):
+    seed(tmp_path, "wheel")
+    os.truncate(tmp_path / "wheel" / "timerlog" / f"{0:020d}", (64 << 20) + 1)  # sparse
+    with pytest.raises(ConfigError, match="timerlog segment .* larger than the configured"):
+        reopen(tmp_path, "wheel")
+    assert rtimer_check(tmp_path)[0] == 1
+
+
+def test_timerlog_without_permission_is_refused(tmp_path):
+    seed(tmp_path, "wheel")
+    with Denied(tmp_path / "wheel" / "timerlog" / f"{0:020d}"):
+        with pytest.raises(PermissionError):
+            reopen(tmp_path, "wheel")
+        assert rtimer_check(tmp_path)[0] == 1
+    with reopen(tmp_path, "wheel") as broker:
+        assert wheel_pending(broker) == ALL_LATER
+
+
 def test_timerwheel_of_the_wrong_size_is_refused(tmp_path):
     seed(tmp_path, "wheel")
     os.truncate(tmp_path / "wheel" / "timerwheel", 4096)
@@ -357,24 +335,37 @@ def test_a_damaged_wheel_checkpoint_is_a_clear_error(tmp_path):
     seed(tmp_path, "wheel")
     path = tmp_path / "wheel" / "config" / "timercheck"
     path.write_bytes(path.read_bytes()[:5])
-    with pytest.raises(CorruptRecordError, match="checkpoint"):
+    with pytest.raises(CorruptRecordError, match="checkpoint .* is damaged.*move it away"):
         reopen(tmp_path, "wheel")
     code, out = rtimer_check(tmp_path)
     assert code == 1 and "timercheck" in out
+    path.unlink()  # the way out the error names
+    with reopen(tmp_path, "wheel") as broker:
+        assert broker.check().ok
+        assert wheel_pending(broker) == ALL_LATER
+
+
+def test_a_damaged_wheel_format_record_is_a_clear_error(tmp_path):
+    seed(tmp_path, "wheel")
+    path = tmp_path / "wheel" / "config" / "format.json"
+    path.write_bytes(b"\xff" + path.read_bytes()[1:])
+    with pytest.raises(ConfigError, match="format.json is unreadable"):
+        reopen(tmp_path, "wheel")
+    code, out = rtimer_check(tmp_path)
+    assert code == 1 and "format.json is unreadable" in out
+
+
+def test_damaged_wheel_metrics_fall_back(tmp_path):
+    seed(tmp_path, "wheel")
+    with reopen(tmp_path, "wheel"):
+        pass  # a second save: timermetrics.bak exists
+    flip(tmp_path / "wheel" / "config" / "timermetrics", 0)
+    with reopen(tmp_path, "wheel") as broker:
+        assert broker.stats()["pending"] == PENDING and broker.check().ok
+        assert wheel_pending(broker) == ALL_LATER
 
 
 # -- the RocksDB engine's value segments and index ---------------------------------------------
-def vlog_files(path: Path) -> list[Path]:
-    return sorted((path / "timer-rocksdb" / "vlog").glob("*.vlog"))
-
-
-def delivered_later(broker: Broker) -> list[bytes]:
-    broker.clock.set(START_MS + 2 * HOUR)
-    for _ in range(10):
-        broker.tick()
-    return sorted(m.body[:2] for m in broker.pull("later", 0, 0, 100))
-
-
 def test_vlog_segment_torn_tail(tmp_path):
     seed(tmp_path)
     [seg] = vlog_files(tmp_path)
@@ -409,6 +400,17 @@ def test_vlog_segment_missing(tmp_path):
         assert kept(broker) == list(range(N))
 
 
+def test_vlog_segment_without_permission_is_refused(tmp_path):
+    seed(tmp_path)
+    [seg] = vlog_files(tmp_path)
+    with Denied(seg):
+        with pytest.raises(PermissionError):
+            reopen(tmp_path)
+        assert rtimer_check(tmp_path)[0] == 1
+    with reopen(tmp_path) as broker:
+        assert delivered_later(broker) == ALL_LATER
+
+
 def test_rocksdb_store_without_current_is_refused(tmp_path):
     seed(tmp_path)
     (tmp_path / "timer-rocksdb" / "CURRENT").unlink()
@@ -429,13 +431,39 @@ def test_engine_record_flipped_byte_is_a_clear_error(tmp_path):
     assert code == 1 and "engine.json is damaged" in out
 
 
+@pytest.mark.parametrize("engine", ["rocksdb", "wheel"])
+def test_a_missing_engine_record_is_inferred_from_the_files(tmp_path, engine):
+    seed(tmp_path, engine)
+    (tmp_path / "config" / "engine.json").unlink()
+    result = CliRunner().invoke(cli, ["--data-dir", str(tmp_path), "stats", "--json"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0 and json.loads(result.output)["engine"] == engine
+    assert json.loads((tmp_path / "config" / "engine.json").read_text())["timer_engine"] == engine
+    with reopen(tmp_path, engine) as broker:
+        assert broker.stats()["pending"] == PENDING and broker.check().ok
+
+
+def test_missing_consumer_offsets_start_the_groups_over(tmp_path):
+    from cli import ops
+    seed(tmp_path)
+    (tmp_path / "config" / "consumerOffset.json").unlink()
+    with reopen(tmp_path) as broker:
+        consumed = ops.consume(broker, tmp_path, topic="orders", group="g", max_messages=5)
+        assert [m["queue_offset"] for m in consumed["messages"]] == [0, 1, 2, 3, 4]
+        assert broker.check().ok
+
+
 def test_consumer_offsets_flipped_byte_is_a_clear_error(tmp_path):
     seed(tmp_path)
     flip(tmp_path / "config" / "consumerOffset.json", 3)
-    with pytest.raises(CorruptRecordError, match="consumerOffset.json is damaged"):
-        reopen(tmp_path)
+    with reopen(tmp_path) as broker:  # sends and deliveries go on; consume and check say so
+        assert "consumerOffset.json is damaged" in broker.stats()["clamped_consumer_offsets"][0]
+        broker.send(Message("orders", b"m060"))
     code, out = rtimer_check(tmp_path)
     assert code == 1 and "consumerOffset.json is damaged" in out
+    result = CliRunner().invoke(cli, ["--data-dir", str(tmp_path), "consume", "orders",
+                                      "--group", "g"], catch_exceptions=False)
+    assert result.exit_code == 1 and "consumerOffset.json is damaged" in result.output
 
 
 def test_consumer_offsets_without_permission(tmp_path):

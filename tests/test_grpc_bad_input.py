@@ -129,7 +129,7 @@ def test_junk_recall_handles_answer_bad_request(stub):
 def test_bad_receive_requests_answer_a_status(stub):
     assert receive(stub, "bad group!", "BadTopic")[0] == [Code.ILLEGAL_CONSUMER_GROUP]
     assert receive(stub, "G", "BadTopic", kind=pb.SQL, expression="a > 1")[0] == [
-        Code.NOT_IMPLEMENTED]
+        Code.UNSUPPORTED]
     assert receive(stub, "G", "BadTopic", invisible_s=0)[0] == [Code.ILLEGAL_INVISIBLE_TIME]
     assert receive(stub, "G", "BadTopic", batch=100_000)[0] == [Code.BAD_REQUEST]
 
@@ -156,7 +156,7 @@ def test_unsupported_rpcs_answer_a_status(stub):
     assert stub.EndTransaction(svc.EndTransactionRequest(), timeout=10).status.code == \
         Code.UNSUPPORTED
     [pulled] = list(stub.PullMessage(svc.PullMessageRequest(), timeout=10))
-    assert pulled.status.code == Code.NOT_IMPLEMENTED
+    assert pulled.status.code == Code.UNSUPPORTED
 
 
 def test_a_retried_send_with_the_same_id_is_stored_once(stub):

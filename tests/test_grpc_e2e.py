@@ -17,9 +17,9 @@ from grpc_support import (ROOT, BrokerProcess, bad_log_lines, config, log_offset
                           receive_until)
 import rocketmq
 from rocketmq import ConsumeResult, FilterExpression, MessageListener, Producer, PushConsumer
-from rocketmq import SimpleConsumer
+from rocketmq import SimpleConsumer, TransactionChecker, TransactionResolution
 from rocketmq.grpc_protocol import Metric
-from rocketmq.v5.exception import BadRequestException, NotFoundException
+from rocketmq.v5.exception import BadRequestException, NotFoundException, UnsupportedException
 
 MAX_DELAY_S = 3600
 
@@ -203,3 +203,22 @@ def test_readme_snippet_runs(broker, clean_log, capsys):
     exec(compile(code.replace("127.0.0.1:8081", broker.endpoint), "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "received b'close order 42' attempt 1" in out, out
+
+
+def test_fifo_and_transactional_sends_answer_unsupported(broker):
+    class Checker(TransactionChecker):
+        def check(self, message):
+            return TransactionResolution.ROLLBACK
+
+    producer = Producer(config(broker.endpoint), ("E2eFifo",), Checker())
+    producer.startup()
+    try:
+        fifo = message("E2eFifo", b"ordered")
+        fifo.message_group = "order-42"
+        with pytest.raises(UnsupportedException):
+            producer.send(fifo)
+        transaction = producer.begin_transaction()
+        with pytest.raises(UnsupportedException):
+            producer.send(message("E2eFifo", b"in a transaction"), transaction)
+    finally:
+        producer.shutdown()

@@ -23,17 +23,23 @@ def layout(pairs):
     return data, items
 
 
+def damaged(data: bytes, damage: str, where: int, byte: int) -> bytes:
+    """``data`` with one byte flipped or cut short, for the damages that touch the bytes."""
+    if damage == "flip":
+        at = where % len(data)
+        return data[:at] + bytes([data[at] ^ (byte or 1)]) + data[at + 1:]
+    if damage == "cut":
+        return data[:where % len(data)]
+    return data
+
+
 @settings(max_examples=300, deadline=None)
 @given(records, st.integers(min_value=0), st.integers(min_value=0, max_value=255),
        st.sampled_from(["flip", "cut", "wrong-key", "wrong-length", "none"]))
 def test_native_parse_matches_the_reference(pairs, where, byte, damage):
     data, items = layout(pairs)
-    if damage == "flip":
-        at = where % len(data)
-        data = data[:at] + bytes([data[at] ^ (byte or 1)]) + data[at + 1:]
-    elif damage == "cut":
-        data = data[:where % len(data)]
-    elif damage == "wrong-key":
+    data = damaged(data, damage, where, byte)
+    if damage == "wrong-key":
         at, length, key = items[where % len(items)]
         items[where % len(items)] = (at, length, key + b"x")
     elif damage == "wrong-length":

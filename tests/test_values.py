@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocks_timer.errors import CorruptRecordError, InvalidMessageError
@@ -98,3 +98,12 @@ def test_out_of_range_fields_are_rejected():
         V.encode_value(Message(topic="t", flag=1 << 31, msg_id="AB" * 16), 512)
     with pytest.raises(InvalidMessageError):
         V.encode_value(Message(topic="t" * 256, msg_id="AB" * 16), 512)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["KEYS", "a", "TAGS", "xKEYS"]),
+                       st.sampled_from(["k1", "k1 k2", " k3  k4 ", "KEYS", "v"]), max_size=3),
+       st.sampled_from([(), ("p",), ("p", "q", "p")]))
+def test_peek_keys_reads_what_decoding_reads(props, keys):
+    raw = V.encode_value(Message("orders", b"x", keys=keys, properties=props), 1 << 20)
+    assert V.peek_keys(b"k", raw) == V.decode_value(b"k", raw).keys

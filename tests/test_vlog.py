@@ -265,3 +265,23 @@ def test_vlog_settings_load_from_broker_conf_and_are_checked(tmp_path):
         BrokerConfig(vlog_reclaim_live_pct=101).validate()
     with pytest.raises(Exception, match="rocksdb_layout"):
         BrokerConfig(rocksdb_layout="blobby").validate()
+
+
+def test_value_log_counters_survive_a_reopen_although_only_changed_ones_are_written(path):
+    with open_vlog(path, vlog_reclaim_live_pct=50) as store:
+        handles = [s.handle for s in store.schedule(
+            [rec(i, T0 + 3 * DAY_MS + i, body=body(i)) for i in range(120)], T0)]
+        for i, handle in enumerate(handles):
+            if i % 4:
+                store.cancel(handle, T0)
+        store.maintain(T0 + DAY_MS)
+        store.wait_for_maintenance()
+        store.relocate(T0 + DAY_MS)
+        store.schedule([rec(500, T0 + DAY_MS + 5, body=body(500))], T0 + DAY_MS)
+        deliver_all(store, T0 + DAY_MS + 5)
+        before = {k: v for k, v in store.stats().extra.items() if k.startswith("vlog_")}
+        next_id = store.vlog.next_id
+    with open_vlog(path) as store:
+        after = {k: v for k, v in store.stats().extra.items() if k.startswith("vlog_")}
+        assert after == before and store.vlog.next_id == next_id
+        assert before["vlog_appended_bytes"] > 0 and before["vlog_relocated_count"] > 0

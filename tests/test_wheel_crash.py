@@ -66,5 +66,6 @@ def test_kill_9_loses_no_acknowledged_message(tmp_path, seed):
     for m in delivered:
         assert m.store_ms >= int(m.body), "delivered before its due time"
     assert wheel.pending_count() == 0 or wheel.stats().extra["queue_offset"] > 0
+    assert wheel.check()["problems"] == []
     wheel.close()
     store.close()

@@ -77,11 +77,12 @@ static uint32_t crc32_bytes(const unsigned char *p, size_t n) {
     return crc32_update(0, p, n);
 }
 
-static const unsigned char LOCALHOST[8] = {127, 0, 0, 1, 0, 0, 0x2A, 0x9F}; /* 127.0.0.1:10911 */
 
 /* -- one record per message ------------------------------------------------------------------- */
 typedef struct {
     PyObject *body, *topic, *props; /* strong references, held while the GIL is released */
+    PyObject *blob; /* a prepared record (record.prepare_record) instead of a message */
+    int born_at_store; /* the prepared record's born time is the store time */
     const char *topic_utf8;
     Py_ssize_t topic_len, size, key;
     int32_t queue_id, flag, reconsume;
@@ -89,13 +90,44 @@ typedef struct {
 } record_t;
 
 static void release(record_t *r) {
+    Py_CLEAR(r->blob);
     Py_CLEAR(r->body);
     Py_CLEAR(r->topic);
     Py_CLEAR(r->props);
 }
 
+static uint32_t get32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* A prepared record: the size, queue id, topic and tags code it carries (see record.py). */
+static int load_prepared(PyObject *blob, record_t *r) {
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(blob);
+    Py_ssize_t len = PyBytes_GET_SIZE(blob);
+    if (len < FIXED_SIZE + 9) goto bad;
+    Py_ssize_t size = (int32_t)get32(b), body_len = (int32_t)get32(b + 84);
+    if (size != len - 9 || body_len < 0 || 88 + body_len + 1 > size) goto bad;
+    Py_ssize_t topic_len = b[88 + body_len];
+    if (88 + body_len + 1 + topic_len + 2 > size) goto bad;
+    const unsigned char *pl = b + 88 + body_len + 1 + topic_len;
+    if (size != FIXED_SIZE + body_len + topic_len + ((Py_ssize_t)pl[0] << 8 | pl[1])) goto bad;
+    r->blob = Py_NewRef(blob);
+    r->size = size;
+    r->queue_id = (int32_t)get32(b + 12);
+    r->topic_utf8 = (const char *)b + 88 + body_len + 1;
+    r->topic_len = topic_len;
+    r->tags = (int64_t)((uint64_t)get32(b + size) << 32 | get32(b + size + 4));
+    r->born_at_store = b[size + 8] & 0x01;
+    return 0;
+bad:
+    PyErr_Format(PyExc_ValueError, "prepared record of %zd bytes: its lengths do not add up",
+                 len);
+    return -1;
+}
+
 static int load(PyObject *msg, record_t *r, int64_t store_ms, PyObject *schedule_tags) {
     int64_t v;
+    if (PyBytes_CheckExact(msg)) return load_prepared(msg, r);
     PyObject *dict = PyObject_GenericGetDict(msg, NULL);
     if (dict == NULL) PyErr_Clear(); /* no __dict__: getattr for everything */
     int rc = -1;
@@ -151,6 +183,8 @@ done:
 typedef struct {
     PyObject *key; /* (topic, queue_id) */
     PyObject *topic; /* borrowed from key */
+    const char *topic_utf8; /* the topic's UTF-8, owned by it */
+    Py_ssize_t topic_len;
     int32_t queue_id;
     int64_t first, next;
     Py_ssize_t count, bytes;
@@ -170,11 +204,12 @@ static void queues_free(queues_t *qs) {
 static Py_ssize_t queue_of(queues_t *qs, record_t *r, PyObject *assigned, PyObject *lookup) {
     for (Py_ssize_t i = qs->n - 1; i >= 0; i--) { /* few queues per group: a linear scan */
         queue_t *q = &qs->items[i];
-        if (q->queue_id == r->queue_id &&
-            (q->topic == r->topic || PyUnicode_Compare(q->topic, r->topic) == 0))
+        if (q->queue_id == r->queue_id && q->topic_len == r->topic_len &&
+            memcmp(q->topic_utf8, r->topic_utf8, r->topic_len) == 0)
             return i;
     }
-    PyObject *key = Py_BuildValue("(Oi)", r->topic, r->queue_id);
+    PyObject *key = r->topic ? Py_BuildValue("(Oi)", r->topic, r->queue_id)
+                             : Py_BuildValue("(s#i)", r->topic_utf8, r->topic_len, r->queue_id);
     if (key == NULL) return -1;
     PyObject *next = PyDict_GetItemWithError(assigned, key);
     if (next != NULL) Py_INCREF(next);
@@ -189,13 +224,27 @@ static Py_ssize_t queue_of(queues_t *qs, record_t *r, PyObject *assigned, PyObje
         qs->items = items;
         qs->cap = cap;
     }
-    qs->items[qs->n] = (queue_t){key, PyTuple_GET_ITEM(key, 0), r->queue_id, offset, offset, 0, 0};
+    PyObject *topic = PyTuple_GET_ITEM(key, 0);
+    Py_ssize_t topic_len;
+    const char *topic_utf8 = PyUnicode_AsUTF8AndSize(topic, &topic_len);
+    if (topic_utf8 == NULL) { Py_DECREF(key); return -1; }
+    qs->items[qs->n] = (queue_t){key, topic, topic_utf8, topic_len, r->queue_id, offset, offset,
+                                 0, 0};
     return qs->n++;
 }
 
 /* -- the encoder ------------------------------------------------------------------------------- */
 static void write_record(unsigned char *w, const record_t *r, int64_t store_ms) {
     unsigned char *start = w;
+    if (r->blob != NULL) { /* prepared: copy, then fill in its place, store time and CRC */
+        memcpy(w, PyBytes_AS_STRING(r->blob), r->size);
+        put64(w + 20, (uint64_t)r->queue_offset);
+        put64(w + 28, (uint64_t)r->position);
+        put64(w + 56, (uint64_t)store_ms);
+        if (r->born_at_store) put64(w + 40, (uint64_t)store_ms);
+        put32(w + 8, crc32_bytes(w + CRC_FROM, (size_t)(r->size - CRC_FROM)));
+        return;
+    }
     Py_ssize_t blen = PyBytes_GET_SIZE(r->body), plen = PyBytes_GET_SIZE(r->props);
     w = put32(w, (uint32_t)r->size);
     w = put32(w, MESSAGE_MAGIC);
@@ -327,6 +376,10 @@ PyObject *prepare_batch(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!nn", &PyList_Type, &messages, &max_body, &max_props))
         return NULL;
     for (Py_ssize_t i = 0, n = PyList_GET_SIZE(messages); i < n; i++) {
+        if (PyBytes_CheckExact(PyList_GET_ITEM(messages, i))) { /* a prepared record */
+            body_bytes += PyBytes_GET_SIZE(PyList_GET_ITEM(messages, i));
+            continue;
+        }
         PyObject *dict = PyObject_GenericGetDict(PyList_GET_ITEM(messages, i), NULL);
         if (dict == NULL) return NULL;
         PyObject *body = PyDict_GetItemWithError(dict, S_body);

@@ -1,6 +1,6 @@
 /* The extension module rocks_timer._native.codec: the hot paths of the CommitLog writer
  * (commitlog.c), of reading messages (fields.c), of scheduling into RocksDB (timer.c) and of
- * reading value segments (vlog.c). */
+ * reading value segments (vlog.c) and of delivery (delivery.c). */
 #include "native.h"
 
 static PyObject *encode_properties(PyObject *self, PyObject *mapping) {
@@ -31,6 +31,12 @@ static PyMethodDef methods[] = {
      "Value-segment records of (key, value) pairs, back to back, and their lengths."},
     {"vlog_parse", vlog_parse, METH_VARARGS,
      "Check and split value-segment records read in one buffer: a value or an error each."},
+    {"route_common", route_common, METH_VARARGS,
+     "Route a common send (see routing.py); None to let the Python path decide."},
+    {"claim_batch", claim_batch, METH_VARARGS,
+     "The RocksDB claim's work after the index walk: budget, segment reads, prepared copies."},
+    {"delivery_copies", delivery_copies, METH_VARARGS,
+     "Timer values to prepared CommitLog records (TIMER_OUT_MS, TIMER_DEQUEUE_MS added), or None."},
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},
     {NULL, NULL, 0, NULL},
 };
@@ -40,6 +46,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "codec", NULL, -1, me
 PyMODINIT_FUNC PyInit_codec(void) {
     crc_init();
     timer_init();
-    if (fields_init() < 0) return NULL;
+    if (fields_init() < 0 || routing_init() < 0) return NULL;
     return PyModule_Create(&module);
 }

@@ -37,9 +37,31 @@ uint32_t crc32_update(uint32_t seed, const unsigned char *p, size_t n);
 /* vlog.c */
 PyObject *vlog_parse(PyObject *self, PyObject *args);
 PyObject *vlog_frame(PyObject *self, PyObject *args);
+/* Read ``length`` bytes at ``offset`` (fewer where the file ends: ``*got``); 0 or an errno.
+ * Call without the GIL. */
+int pread_full(int fd, unsigned char *buf, Py_ssize_t length, long long offset,
+               Py_ssize_t *got);
+/* The value of the record of ``length`` bytes at ``at`` of ``data`` (checked against ``key``),
+ * or a str code saying why it is refused. New reference. */
+PyObject *vlog_parse_one(const unsigned char *data, Py_ssize_t size, Py_ssize_t at,
+                         Py_ssize_t length, PyObject *key);
+/* delivery.c */
+PyObject *delivery_copies(PyObject *self, PyObject *args);
+/* The prepared record of one timer value, or None (new reference) to leave it to Python. */
+PyObject *delivery_copy_one(PyObject *value, long long due_ms, long long now_ms);
+/* claim.c */
+PyObject *claim_batch(PyObject *self, PyObject *args);
+/* routing.c */
+int routing_init(void);
+PyObject *route_common(PyObject *self, PyObject *args);
 /* timer.c */
 void timer_init(void);
 PyObject *encode_schedule(PyObject *self, PyObject *args);
+
+/* bornHost and storeHost of every record: 127.0.0.1:10911 */
+static const unsigned char LOCALHOST[8] = {127, 0, 0, 1, 0, 0, 0x2A, 0x9F};
+#define RECORD_FIXED_SIZE 91 /* 84-byte header + body length 4 + topic length 1 + props length 2 */
+#define RECORD_MAGIC 0xDAA320A7u
 
 static inline unsigned char *put32(unsigned char *p, uint32_t v) {
     p[0] = v >> 24; p[1] = v >> 16; p[2] = v >> 8; p[3] = v;

@@ -2,6 +2,9 @@
  * rocks_timer/timer/rocksdb/segments.py (same results, tests/test_segments_native.py). */
 #include "native.h"
 
+#include <errno.h>
+#include <unistd.h>
+
 #define VLOG_HEADER 11
 #define VLOG_MAGIC 0xA7
 
@@ -11,7 +14,7 @@ static uint32_t get32(const unsigned char *p) {
 
 /* The record of ``length`` bytes at ``at`` of ``data``: its value (new reference), or the
  * interned-free str code of why it is refused. */
-static PyObject *parse_one(const unsigned char *data, Py_ssize_t size, Py_ssize_t at,
+PyObject *vlog_parse_one(const unsigned char *data, Py_ssize_t size, Py_ssize_t at,
                            Py_ssize_t length, PyObject *key) {
     if (at < 0 || length < VLOG_HEADER || at > size || length > size - at)
         return PyUnicode_FromString("past-end");
@@ -49,7 +52,7 @@ PyObject *vlog_parse(PyObject *self, PyObject *args) {
                 PyErr_SetString(PyExc_TypeError, "vlog_parse: items are (at, length, key)");
             goto fail;
         }
-        PyObject *res = parse_one(buf.buf, buf.len, at, length, key);
+        PyObject *res = vlog_parse_one(buf.buf, buf.len, at, length, key);
         if (res == NULL) goto fail;
         PyList_SET_ITEM(out, i, res);
     }
@@ -115,4 +118,19 @@ PyObject *vlog_frame(PyObject *self, PyObject *args) {
     Py_DECREF(blob);
     Py_DECREF(lengths);
     return out;
+}
+
+int pread_full(int fd, unsigned char *buf, Py_ssize_t length, long long offset,
+               Py_ssize_t *got) {
+    *got = 0;
+    while (*got < length) {
+        ssize_t k = pread(fd, buf + *got, length - *got, (off_t)(offset + *got));
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (k == 0) break; /* the file ends here */
+        *got += k;
+    }
+    return 0;
 }

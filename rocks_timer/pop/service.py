@@ -75,8 +75,9 @@ class PopService:
                                   sync=broker.config.flush_disk_type == "sync")
         self._lock = threading.Lock()
         self._watchers: dict[int, tuple[frozenset[str], Callable[[], None]]] = {}
+        self._watch_lock = threading.Lock()
         self._ids = itertools.count()
-        self.popped = self.acked = self.expired_acks = 0
+        self.popped = self.acked = self.expired_acks = self.callback_errors = 0
         self.messages.arrival_listeners.append(self._arrived)
 
     def close(self) -> None:
@@ -92,21 +93,27 @@ class PopService:
     def watch(self, topics: Iterable[str], callback: Callable[[], None]) -> int:
         """Call ``callback`` (on the writing thread) whenever a message lands on ``topics``."""
         token = next(self._ids)
-        self._watchers[token] = (frozenset(topics), callback)
+        with self._watch_lock:
+            self._watchers[token] = (frozenset(topics), callback)
         return token
 
     def unwatch(self, token: int) -> None:
-        self._watchers.pop(token, None)
+        with self._watch_lock:
+            self._watchers.pop(token, None)
 
     def _arrived(self, topics: set[str]) -> None:
         if not self._watchers:
             return
-        try:
-            for watched, callback in list(self._watchers.values()):
-                if not watched.isdisjoint(topics):
-                    callback()
-        except Exception:  # noqa: BLE001 - never break the CommitLog writer
-            log.exception("pop arrival callback failed")
+        with self._watch_lock:
+            watchers = list(self._watchers.values())
+        for watched, callback in watchers:
+            if watched.isdisjoint(topics):
+                continue
+            try:
+                callback()
+            except Exception:  # noqa: BLE001 - never break the CommitLog writer
+                self.callback_errors += 1
+                log.exception("pop arrival callback failed")
 
     # -- pop ----------------------------------------------------------------------------------
     def check_invisible(self, invisible_ms: int) -> int:
@@ -245,4 +252,5 @@ class PopService:
 
     def stats(self) -> dict:
         return {"popped": self.popped, "acked": self.acked, "expired_acks": self.expired_acks,
-                "watchers": len(self._watchers), "offsets": self.offsets.table()}
+                "watchers": len(self._watchers), "callback_errors": self.callback_errors,
+                "offsets": self.offsets.table()}

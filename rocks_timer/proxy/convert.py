@@ -5,8 +5,8 @@ version ``01``; the 16 bytes after it are exactly a rocks-timer ``UNIQ_KEY`` (32
 id ``01`` + X is stored as ``UNIQ_KEY`` X, and every message reaches gRPC consumers with id ``01`` +
 its ``UNIQ_KEY`` (messages sent with the library or the CLI included).
 
-Sent: ``topic``, ``body``, ``tag`` → TAGS, ``keys`` → KEYS, ``user_properties`` → properties (names
-RocketMQ reserves are refused), ``born_timestamp``, ``delivery_timestamp`` → TIMER_DELIVER_MS.
+Sent: ``topic``, ``body``, ``tag`` → TAGS, ``keys`` → KEYS, ``user_properties`` → properties
+(names RocketMQ reserves are refused), ``born_timestamp``, ``delivery_timestamp`` → TIMER_DELIVER_MS.
 Received: the same back, plus ``body_digest`` (CRC32, 8 upper-case hex digits), ``body_encoding``
 IDENTITY, ``store_timestamp``, ``delivery_attempt``, the receipt handle and queue position.
 """

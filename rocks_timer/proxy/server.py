@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -53,6 +54,24 @@ def _endpoints(host: str, port: int) -> "pb.Endpoints":
     endpoints = pb.Endpoints(scheme=scheme)
     endpoints.addresses.add(host=host, port=port)
     return endpoints
+
+
+def _probe(host: str, port: int) -> None:
+    """Refuse an address in use before gRPC tries it (gRPC's own refusal also prints a C-level
+    error line on stderr). SO_REUSEADDR as gRPC sets it: a listener refuses, TIME_WAIT does not."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ConfigError(f"cannot resolve {host!r}: {exc}") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise ConfigError(exc.strerror or str(exc)) from None
 
 
 class GrpcFront:
@@ -108,6 +127,7 @@ class GrpcFront:
                      ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS)],
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
         with ThreadPoolExecutor(self.workers, thread_name_prefix="grpc-broker") as executor:
+            _probe(self.host, self.port)
             try:
                 bound = server.add_insecure_port(self.address)
             except RuntimeError as exc:

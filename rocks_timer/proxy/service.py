@@ -125,8 +125,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             poll.terminated = True
             poll.wake.set()
         if polls:
-            await asyncio.wait([asyncio.ensure_future(p.closed.wait()) for p in polls],
-                               timeout=TERMINATION_WAIT_S)
+            waits = [asyncio.ensure_future(p.closed.wait()) for p in polls]
+            _, late = await asyncio.wait(waits, timeout=TERMINATION_WAIT_S)
+            for waiting in late:
+                waiting.cancel()
         return svc.NotifyClientTerminationResponse(status=ok())
 
     async def Telemetry(self, request_iterator, context):
@@ -253,8 +255,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def AckMessage(self, request, context):
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.topic)
-        if not request.entries:
-            raise ProxyError(Code.BAD_REQUEST, "AckMessage carries no entry")
+        if not 1 <= len(request.entries) <= MAX_BATCH:
+            raise ProxyError(Code.BAD_REQUEST, f"AckMessage carries {len(request.entries)} "
+                             f"entries; 1..{MAX_BATCH} are accepted")
         entries, failed = [], None
         for entry in request.entries:
             try:
@@ -280,24 +283,24 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     @answers(svc.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "forwarding to the dead-letter queue is done by "
+        raise ProxyError(Code.UNSUPPORTED, "forwarding to the dead-letter queue is done by "
                          "the broker when a message runs out of attempts")
 
     async def PullMessage(self, request, context):
-        yield svc.PullMessageResponse(status=status(Code.NOT_IMPLEMENTED,
+        yield svc.PullMessageResponse(status=status(Code.UNSUPPORTED,
                                                     "PullMessage is not supported"))
 
     @answers(svc.UpdateOffsetResponse)
     async def UpdateOffset(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "UpdateOffset is not supported")
+        raise ProxyError(Code.UNSUPPORTED, "UpdateOffset is not supported")
 
     @answers(svc.GetOffsetResponse)
     async def GetOffset(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "GetOffset is not supported")
+        raise ProxyError(Code.UNSUPPORTED, "GetOffset is not supported")
 
     @answers(svc.QueryOffsetResponse)
     async def QueryOffset(self, request, context):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "QueryOffset is not supported")
+        raise ProxyError(Code.UNSUPPORTED, "QueryOffset is not supported")
 
     @answers(svc.SyncLiteSubscriptionResponse)
     async def SyncLiteSubscription(self, request, context):

@@ -50,7 +50,7 @@ def reply(client: "pb.Settings", config, metrics: "pb.Endpoints | None" = None
 def tag_filter(expression: "pb.FilterExpression") -> frozenset[str] | None:
     """The tags a TAG expression accepts (None: any). SQL92 is not supported."""
     if expression.type not in (pb.FILTER_TYPE_UNSPECIFIED, pb.TAG):
-        raise ProxyError(Code.NOT_IMPLEMENTED, "only TAG filter expressions are supported")
+        raise ProxyError(Code.UNSUPPORTED, "only TAG filter expressions are supported")
     text = expression.expression.strip()
     if not text or text == "*":
         return None

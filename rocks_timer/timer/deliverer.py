@@ -6,7 +6,8 @@ passed (100 ms steps up to ``timer_put_retry_max_backoff_ms``; a failed record s
 so the cursor never passes it), and claims new due records up to the budget and the in-flight
 limit, issuing asynchronous puts. It knows nothing of RocksDB or of the wheel's files.
 
-Every delivered copy carries ``TIMER_OUT_MS`` (its key's due time) and ``TIMER_DEQUEUE_MS``;
+Every delivered copy carries ``TIMER_OUT_MS`` (its key's due time) and ``TIMER_DEQUEUE_MS`` (when
+it was claimed; a retried put keeps the copy it was first given);
 ``reconcile()`` uses the first to drop keys whose delivery landed just before a crash.
 """
 from __future__ import annotations
@@ -19,8 +20,9 @@ from dataclasses import dataclass
 from rocks_timer.clock import Clock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import RocksTimerError
-from rocks_timer.message import TIMER_DEQUEUE_MS, TIMER_OUT_MS, UNIQ_KEY, is_system_topic
+from rocks_timer.message import TIMER_OUT_MS, UNIQ_KEY, is_system_topic
 from rocks_timer.message_store import MessageStore
+from rocks_timer.timer.delivery import delivery_copy_py
 from rocks_timer.timer.store import DueRecord, TimerKey, TimerStore
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,9 @@ class Deliverer:
         # True for an engine whose ``complete`` durably deletes (RocksDB); the wheel forgets at
         # its checkpoint, which syncs the CommitLog first; the memory store forgets everything
         self._forgets_on_complete = getattr(store, "forgets_on_complete", True)
+        # the CommitLog's writer syncs those puts itself, beside the next claim; ``_harvest``
+        # still syncs (a no-op then) for any other MessageStore-like object it is given
+        self._durable_puts = self._forgets_on_complete and isinstance(messages, MessageStore)
 
     # -- restart reconciliation ----------------------------------------------------------
     def reconcile(self) -> int:
@@ -111,12 +116,14 @@ class Deliverer:
 
     def _issue(self, records: list[DueRecord], now_ms: int) -> Future | None:
         copies = []
-        for record in records:
-            props = {TIMER_OUT_MS: str(record.key.due_ms)}
-            if TIMER_DEQUEUE_MS not in record.message.properties:
-                props[TIMER_DEQUEUE_MS] = str(now_ms)
-            copies.append(record.message.with_properties(props))
+        for record in records:  # engines may build the copies at claim time, in bulk
+            copy = record.copy
+            if copy is None:
+                copy = record.copy = delivery_copy_py(record.message, record.key.due_ms, now_ms)
+            copies.append(copy)
         try:
+            if self._durable_puts:
+                return self.messages.put_messages_async(copies, durable=True)
             return self.messages.put_messages_async(copies)
         except RocksTimerError as exc:
             log.error("deliver %d records from %s: put refused: %s", len(records),
@@ -143,8 +150,7 @@ class Deliverer:
                 results = put.future.result()
                 landed.extend(put.records)
                 finished.add(id(put))
-                last = results[-1]  # a batch is written contiguously, in order
-                end = max(end or 0, last.commitlog_offset + last.size)
+                end = max(end or 0, results.end_offset)  # written contiguously, in order
                 self.last_lateness_ms = now_ms - put.records[-1].key.due_ms
             else:
                 self.failed_puts += 1

@@ -122,3 +122,83 @@ def due_prefix(due_ms: int) -> bytes:
 def key_successor(raw: bytes) -> bytes:
     """The smallest byte string sorting strictly after ``raw`` (seek here to skip ``raw``)."""
     return bytes(raw) + b"\x00"
+
+
+# --- key index (in ``meta``): (topic, KEYS value) -> pending timer keys ------------------------
+#
+#     +--------+-----------+--------+----------------+---------+----------------+----------+
+#     | "kix." | topic_len | topic  | key_len        | key     | due_ms         | msg id   |
+#     | 4 B    | 1 B       | UTF-8  | 2 B big-endian | UTF-8   | 8 B big-endian | 16 B raw |
+#     +--------+-----------+--------+----------------+---------+----------------+----------+
+#
+# In ``meta`` rather than a column family of its own, so a store keeps the column families it
+# was created with (tools and older builds open it as before).
+# The value is empty. Every entry of one (topic, key) shares the prefix up to the key bytes, and
+# within it byte order is (due_ms, msg id) order, which is the timer key order of those
+# messages (same topic): a prefix walk lists them as ``scan`` would. The entry holds every part
+# of the timer key, so no second read is needed to find it.
+META_KEY_INDEX_PREFIX = b"kix."
+KEY_LEN = struct.Struct(">H")
+MAX_INDEX_KEY_BYTES = (1 << 16) - 1
+META_KEY_INDEX = b"format.key_index"  # present once the key index and due counters are built
+KEY_INDEX_VERSION = b"1"
+# due counters (column family ``meta``): pending keys per due second, hour and UTC day;
+# + u64 big-endian bucket number (due_ms // width), value u64 count; absent = 0
+DUE_COUNTER_WIDTHS = ((b"due.s.", 1_000), (b"due.h.", 3_600_000), (b"due.d.", 86_400_000))
+_U64 = struct.Struct(">Q")
+
+
+def key_index_prefix(topic: str, key: str) -> bytes:
+    """The prefix every index entry of (``topic``, ``key``) starts with; InvalidMessageError
+    for a topic a timer key cannot hold or a key that is empty, holds a space, or is too long."""
+    topic_bytes = topic.encode("utf-8")
+    if not 1 <= len(topic_bytes) <= MAX_TOPIC_BYTES:
+        raise InvalidMessageError(
+            f"topic {topic!r} is {len(topic_bytes)} bytes; a timer key holds 1..{MAX_TOPIC_BYTES}")
+    if not key or " " in key:
+        raise InvalidMessageError(f"key {key!r} is empty or holds a space (KEYS separates "
+                                  f"keys by spaces)")
+    key_bytes = key.encode("utf-8")
+    if len(key_bytes) > MAX_INDEX_KEY_BYTES:
+        raise InvalidMessageError(f"key of {len(key_bytes)} bytes exceeds "
+                                  f"{MAX_INDEX_KEY_BYTES}")
+    return (META_KEY_INDEX_PREFIX + _LENGTH_BYTES[len(topic_bytes)] + topic_bytes
+            + KEY_LEN.pack(len(key_bytes)) + key_bytes)
+
+
+def index_entry(raw_key: bytes, key: str) -> bytes:
+    """The index entry of a timer key (raw) for one of its message's keys."""
+    topic_end = DUE_SIZE + 1 + raw_key[DUE_SIZE]
+    key_bytes = key.encode("utf-8")
+    return (META_KEY_INDEX_PREFIX + raw_key[DUE_SIZE:topic_end] + KEY_LEN.pack(len(key_bytes))
+            + key_bytes + raw_key[:DUE_SIZE] + raw_key[topic_end:])
+
+
+def timer_key_of_entry(entry: bytes) -> bytes:
+    """The raw timer key an index entry names (inverse of :func:`index_entry`);
+    CorruptRecordError on an entry whose lengths do not add up."""
+    entry = bytes(entry)
+    if not entry.startswith(META_KEY_INDEX_PREFIX) or len(entry) == len(META_KEY_INDEX_PREFIX):
+        raise CorruptRecordError(f"{entry.hex()} is not a key index entry", where=entry.hex(),
+                                 raw=entry)
+    entry = entry[len(META_KEY_INDEX_PREFIX):]
+    topic_end = 1 + entry[0]
+    if len(entry) < topic_end + KEY_LEN.size:
+        raise CorruptRecordError(f"key index entry {entry.hex()} is too short", where=entry.hex(),
+                                 raw=entry)
+    key_end = topic_end + KEY_LEN.size + KEY_LEN.unpack_from(entry, topic_end)[0]
+    if entry[0] == 0 or len(entry) != key_end + DUE_SIZE + MSG_ID_SIZE:
+        raise CorruptRecordError(f"key index entry {entry.hex()} has lengths that do not add up",
+                                 where=entry.hex(), raw=entry)
+    return entry[key_end:key_end + DUE_SIZE] + entry[:topic_end] + entry[-MSG_ID_SIZE:]
+
+
+def due_counter_keys(due_ms: int) -> tuple[bytes, bytes, bytes]:
+    """The ``meta`` keys of the second, hour and day counters a key due at ``due_ms`` counts in."""
+    return tuple(prefix + _U64.pack(due_ms // width)  # type: ignore[return-value]
+                 for prefix, width in DUE_COUNTER_WIDTHS)
+
+
+def due_counter_key(prefix: bytes, bucket: int) -> bytes:
+    """The ``meta`` key of counter ``bucket`` (due_ms // width) of one level."""
+    return prefix + _U64.pack(max(0, min(bucket, MAX_DUE_MS)))

@@ -11,10 +11,12 @@ import threading
 from typing import Iterable, Sequence
 
 from rocks_timer.errors import InvalidMessageError
+from rocks_timer.message import TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS
 from rocks_timer.timer.handles import decode_handle, encode_handle
-from rocks_timer.timer.keys import decode_key, encode_key
-from rocks_timer.timer.store import (DueRecord, PendingEntry, ScanPage, Scheduled, StoreStats,
-                                     TimerKey, TimerRecord)
+from rocks_timer.timer.histogram import count_in_memory
+from rocks_timer.timer.keys import decode_key, encode_key, key_index_prefix
+from rocks_timer.timer.store import (DueRecord, KeyCancel, PendingEntry, Rescheduled, ScanPage,
+                                     Scheduled, StoreStats, TimerKey, TimerRecord)
 
 
 class MemoryTimerStore:
@@ -85,6 +87,88 @@ class MemoryTimerStore:
                                      encode_handle(msg.topic, record.due_ms, msg.msg_id),
                                      len(msg.body), msg.queue_id or 0, msg.tags))
         return ScanPage(page, next_after=None)
+
+    # -- by business key, reschedule, due counts ------------------------------------------------
+    def _keyed(self, topic: str, key: str) -> list[bytes]:
+        """Keys of the pending messages of ``topic`` whose KEYS hold ``key``, in key order
+        (lock held)."""
+        key_index_prefix(topic, key)  # the RocksDB index's validation of topic and key
+        return sorted(raw for raw, r in self._records.items()
+                      if r.message.topic == topic and key in r.message.keys)
+
+    def find(self, topic: str, key: str, *, limit: int = 100,
+             after: str | None = None) -> ScanPage:
+        start = b""
+        if after is not None:
+            h = decode_handle(after)
+            start = encode_key(TimerKey(h.due_ms, h.topic, h.msg_id)) + b"\x00"
+        with self._lock:
+            raws = [raw for raw in self._keyed(topic, key) if raw >= start]
+            records = [self._records[raw] for raw in raws]
+        if limit <= 0:
+            return ScanPage([], None)
+        page = [PendingEntry(r.due_ms, r.message.topic, r.message.msg_id,
+                             encode_handle(r.message.topic, r.due_ms, r.message.msg_id),
+                             len(r.message.body), r.message.queue_id or 0, r.message.tags)
+                for r in records[:limit]]
+        return ScanPage(page, page[-1].handle if len(records) > limit else None)
+
+    def cancel_by_key(self, topic: str, key: str, now_ms: int) -> KeyCancel:
+        with self._lock:
+            handles = []
+            for raw in self._keyed(topic, key):
+                if raw in self._in_flight:
+                    continue
+                record = self._records.pop(raw)
+                self.cancelled += 1
+                handles.append(encode_handle(record.message.topic, record.due_ms,
+                                             record.message.msg_id))
+            return KeyCancel(handles)
+
+    def reschedule(self, handles, due_ms: int, now_ms: int) -> list[Rescheduled]:
+        targets = []
+        for handle in handles:
+            h = decode_handle(handle)
+            targets.append((handle, encode_key(TimerKey(h.due_ms, h.topic, h.msg_id))))
+        with self._lock:
+            return self._reschedule(targets, due_ms)
+
+    def reschedule_by_key(self, topic: str, key: str, due_ms: int, now_ms: int
+                          ) -> list[Rescheduled]:
+        with self._lock:
+            targets = []
+            for raw in self._keyed(topic, key):
+                k = decode_key(raw)
+                targets.append((encode_handle(k.topic, k.due_ms, k.msg_id), raw))
+            return self._reschedule(targets, due_ms)
+
+    def _reschedule(self, targets, due_ms: int) -> list[Rescheduled]:
+        new_due = max(due_ms, self._low_watermark_ms)
+        results = []
+        for asked, raw in targets:
+            k = decode_key(raw)
+            if raw in self._in_flight:
+                results.append(Rescheduled("in_flight", k.topic, k.msg_id, asked, None, None))
+                continue
+            record = self._records.get(raw)
+            if record is None:
+                results.append(Rescheduled("not_found", k.topic, k.msg_id, asked, None, None))
+                continue
+            new_raw = encode_key(TimerKey(new_due, k.topic, k.msg_id))
+            if new_raw != raw:
+                del self._records[raw]
+                message = record.message.with_properties(
+                    {TIMER_DELIVER_MS: str(due_ms)}, remove=(TIMER_DELAY_SEC, TIMER_DELAY_MS))
+                self._records[new_raw] = TimerRecord(new_due, message)
+                heapq.heappush(self._heap, new_raw)
+            results.append(Rescheduled("rescheduled", k.topic, k.msg_id, asked,
+                                       encode_handle(k.topic, new_due, k.msg_id), new_due))
+        return results
+
+    def count_due(self, ranges) -> list[int]:
+        with self._lock:
+            dues = [r.due_ms for r in self._records.values()]
+        return count_in_memory(dues, ranges)
 
     def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> list[DueRecord]:
         claimed: list[DueRecord] = []

@@ -54,6 +54,7 @@ class DueRecord:
     handle: str
     size: int = 0
     token: Any = None  # engine-private (raw key bytes, wheel unit position, ...)
+    copy: Any = None  # the CommitLog copy, once built (rocks_timer.timer.delivery)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,32 @@ class PendingEntry:
     size: int
     queue_id: int = 0
     tags: str | None = None
+
+
+class Rescheduled(NamedTuple):
+    """What a reschedule did to one pending message. ``status`` is ``"rescheduled"`` (``handle``
+    and ``deliver_at_ms`` name the new key), ``"in_flight"`` (being delivered: nothing changed)
+    or ``"not_found"`` (delivered, cancelled, rescheduled already or never there: nothing
+    changed); ``old_handle`` is the handle it was asked about."""
+
+    status: str
+    topic: str
+    msg_id: str
+    old_handle: str
+    handle: str | None
+    deliver_at_ms: int | None
+
+
+class KeyCancel(int):
+    """How many messages ``cancel_by_key`` cancelled (an int), with their handles in
+    ``handles``: each will never be delivered."""
+
+    handles: tuple[str, ...]
+
+    def __new__(cls, handles: Sequence[str] = ()) -> "KeyCancel":
+        self = super().__new__(cls, len(handles))
+        self.handles = tuple(handles)
+        return self
 
 
 class ScanPage(list):
@@ -110,6 +137,29 @@ class TimerStore(Protocol):
              topic: str | None = None, limit: int = 100, after: str | None = None) -> ScanPage:
         """Pending entries with from_ms <= due <= to_ms in due order, at most ``limit``;
         ``after`` is a previous page's ``next_after``."""
+
+    def find(self, topic: str, key: str, *, limit: int = 100,
+             after: str | None = None) -> ScanPage:
+        """Pending entries of ``topic`` whose KEYS hold ``key``, as ``scan`` lists them (due
+        order, in-flight ones included until completed); ``after`` resumes a page."""
+
+    def cancel_by_key(self, topic: str, key: str, now_ms: int) -> KeyCancel:
+        """Cancel every pending entry ``find`` lists that is not in flight; each one counted
+        will never be delivered (definite, as ``cancel``). Durable once it returns."""
+
+    def reschedule(self, handles: Sequence[str], due_ms: int, now_ms: int) -> list[Rescheduled]:
+        """Move each pending message to ``due_ms`` (raised to the delivery cursor's floor like
+        a send, so a time in the past is due at once), atomically in one batch: the old key and
+        the new one never both exist, so it is delivered once, at the new time. In-flight or
+        missing messages are reported and left alone."""
+
+    def reschedule_by_key(self, topic: str, key: str, due_ms: int, now_ms: int
+                          ) -> list[Rescheduled]:
+        """``reschedule`` of every entry ``find`` lists, in one batch."""
+
+    def count_due(self, ranges: Sequence[tuple[int | None, int | None]]) -> list[int]:
+        """Pending entries with lo <= key due time < hi for each (lo, hi); None is unbounded.
+        Bounds are whole seconds (multiples of 1000 ms). Exact, and no full scan."""
 
     def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> list[DueRecord]:
         """Records due at ``now_ms`` (never early), in key order, bounded by the budget, marked

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import lz4.block
 
 from rocks_timer.errors import CorruptRecordError, InvalidMessageError
-from rocks_timer.message import TAGS, Message, decode_properties
+from rocks_timer.message import KEYS, TAGS, Message, decode_properties
 
 VALUE_CODEC_VERSION = 1
 FLAG_LZ4 = 0x01
@@ -142,7 +142,7 @@ def decode_value(key: bytes, raw: bytes) -> Message:
     if flags & FLAG_LZ4:
         try:
             body = lz4.block.decompress(body, uncompressed_size=body_len)
-        except (lz4.block.LZ4BlockError, ValueError) as exc:
+        except (lz4.block.LZ4BlockError, ValueError, OverflowError) as exc:
             raise _corrupt(key, raw, f"lz4 body does not decompress ({exc})") from None
         if len(body) != body_len:
             raise _corrupt(key, raw, f"lz4 body gave {len(body)} bytes, expected {body_len}")
@@ -155,6 +155,21 @@ def decode_value(key: bytes, raw: bytes) -> Message:
         )
     except InvalidMessageError as exc:
         raise _corrupt(key, raw, str(exc)) from None
+
+
+def peek_keys(key: bytes, raw: bytes) -> tuple[str, ...]:
+    """The message's KEYS, as ``decode_value(key, raw).keys`` gives them, without building the
+    message (a delivery's key-index update); CorruptRecordError as ``decode_value`` raises it."""
+    fields, pos = _parse(key, raw)
+    pos += fields[7]
+    props = raw[pos:pos + fields[8]]
+    if b"KEYS\x01" not in props:  # no entry can be named KEYS
+        return ()
+    try:
+        value = decode_properties(props).get(KEYS)
+    except UnicodeDecodeError as exc:
+        raise _corrupt(key, raw, f"properties are not UTF-8 ({exc.reason})") from None
+    return tuple(k for k in value.split(" ") if k) if value else ()
 
 
 def peek_value(key: bytes, raw: bytes) -> ValueInfo:

@@ -16,6 +16,7 @@ from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
 from rocks_timer.errors import CorruptRecordError, StoreClosedError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb.profiles import parse_tickers
 from rocks_timer.timer.store import StoreStats
@@ -194,6 +195,8 @@ def check(store: "RocksTimerStore") -> dict[str, Any]:
     live = undecodable = 0
     vlog = store.vlog
     seen: dict[int, list[int]] = {}
+    index_entries: set[bytes] = set()
+    dues: list[int] = []
     with store._lock:
         store._check_open()
         cursor = store._cursor()
@@ -203,6 +206,7 @@ def check(store: "RocksTimerStore") -> dict[str, Any]:
             while it.valid():
                 raw = it.key()
                 live += 1
+                dues.append(K.key_due_ms(raw))
                 if raw < cursor:
                     problems.append(f"key {raw.hex()} lies below the cursor {cursor.hex()}")
                 value = it.value()
@@ -213,7 +217,8 @@ def check(store: "RocksTimerStore") -> dict[str, Any]:
                         entry[0] += 1
                         entry[1] += pointer.length
                         value = vlog.read(raw, pointer)
-                    decode_value(raw, value)
+                    keys = keyindex.message_keys(decode_value(raw, value))
+                    index_entries.update(K.index_entry(raw, key) for key in keys)
                 except CorruptRecordError as exc:
                     undecodable += 1
                     problems.append(str(exc))
@@ -231,6 +236,7 @@ def check(store: "RocksTimerStore") -> dict[str, Any]:
             for seg_id, (count, _) in seen.items():
                 problems.append(f"{count} index entries point into vlog segment {seg_id}, "
                                 f"which has no liveness row")
+        problems.extend(keyindex.check(store, index_entries, dues))
         if live != store._pending:
             problems.append(f"pending counter {store._pending} but {live} keys in the timer CF")
         missing = [raw for raw, v in zip(store._in_flight, store._timer.get(list(store._in_flight)))

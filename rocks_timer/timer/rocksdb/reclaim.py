@@ -68,7 +68,7 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
             store._meta_flushed_at = appended
             store._meta.flush(False)
         if config.vlog_prefetch_ms:
-            hints = _due_soon(store, now_ms + config.vlog_prefetch_ms)
+            hints = _due_soon(store, now_ms, now_ms + config.vlog_prefetch_ms)
         empty = vlog.releasable()
     if sync:
         for seg in dirty:
@@ -81,9 +81,10 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
     _maybe_start_relocation(store, now_ms)
 
 
-def _due_soon(store: "RocksTimerStore", horizon_ms: int) -> list[I.Pointer]:
-    """Pointers of index entries due up to ``horizon_ms`` not hinted yet (call with the lock)."""
-    start = max(store._prefetched_to, store._claim_cursor)
+def _due_soon(store: "RocksTimerStore", now_ms: int, horizon_ms: int) -> list[I.Pointer]:
+    """Pointers of index entries due after ``now_ms`` up to ``horizon_ms`` not hinted yet (call
+    with the lock). Entries due already are not hinted: the claim reads them at once."""
+    start = max(store._prefetched_to, store._claim_cursor, K.due_prefix(now_ms + 1))
     bound = K.due_prefix(horizon_ms + 1)
     if start >= bound:
         return []

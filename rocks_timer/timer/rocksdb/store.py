@@ -30,6 +30,7 @@ Pending counter: exact, persisted in ``meta`` in the same WriteBatch as every ch
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -42,7 +43,8 @@ from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import (ConfigError, CorruptRecordError, InvalidHandleError,
                                 InvalidMessageError, StoreClosedError, StoreLockedError)
 from rocks_timer.timer import keys as K
-from rocks_timer.timer.rocksdb import claim, layout
+from rocks_timer.timer.rocksdb import claim, keyindex, layout
+from rocks_timer.timer.rocksdb.reschedule import KeyedRocksOps
 from rocks_timer.timer.rocksdb import maint as rocks_maint, meta as rocks_meta
 from rocks_timer.timer.rocksdb import reclaim
 from rocks_timer.timer.rocksdb.vlog import ValueLog
@@ -51,8 +53,10 @@ from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
 from rocks_timer.timer.rocksdb.profiles import index_options as profile_index_options
 from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, resume_handle,
                                             scan_start)
-from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats,
-                                     TimerKey, TimerRecord)
+from rocks_timer.timer.rocksdb.duecount import DueCounters
+from rocks_timer.timer.rocksdb.keyindex import IndexChanges
+from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats, TimerKey,
+                                     TimerRecord)
 from rocks_timer.timer.schedule_codec import encode_schedule
 
 log = logging.getLogger(__name__)
@@ -89,9 +93,10 @@ def refuse_damaged(path: Path) -> None:
             f"to start empty over them; restore the index files from a copy", where=str(path))
 
 
-class RocksTimerStore:
+class RocksTimerStore(KeyedRocksOps):
     """Owns one RocksDB directory holding pending timer messages, the delivery cursor, the
-    reconcile checkpoint and the quarantine of corrupt values."""
+    reconcile checkpoint and the quarantine of corrupt values (find / cancel / reschedule by
+    key and the due counts come from ``KeyedRocksOps``)."""
 
     name = "rocksdb"
     exactly_once = True
@@ -114,6 +119,9 @@ class RocksTimerStore:
         self._timer_h = db.get_column_family_handle(TIMER_CF)
         self._meta_h = db.get_column_family_handle(META_CF)
         self._corrupt_h = db.get_column_family_handle(CORRUPT_CF)
+        self._keys, self._keys_h = self._meta, self._meta_h  # the key index lives in meta
+        self._due = DueCounters(self._meta, self._meta_h)
+        self._keyed = False  # True once the key index may hold entries
         self._write_opts = WriteOptions()
         # DESIGN §5: in sync mode a send returns once its batch is on disk
         self._write_opts.sync = config.rocksdb_sync or config.flush_disk_type == "sync"
@@ -170,10 +178,23 @@ class RocksTimerStore:
         try:
             state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
                                     index_style)
-            return cls(path, config, db, db_options, state, reclaim_after_deletes)
-        except BaseException:
+            store = cls(path, config, db, db_options, state, reclaim_after_deletes)
+        except BaseException as exc:
+            # the failed constructor's frames hold column family handles, which keep the LOCK
+            # after close: drop them first, or every later open says "in use"
+            error = exc.with_traceback(None)
+        else:
+            error = None
+        if error is not None:
+            gc.collect()
             db.close()
+            raise error
+        try:
+            keyindex.ensure_built(store)
+        except BaseException:
+            store.close()
             raise
+        return store
 
     def close(self) -> None:
         """Flush and release the DB (idempotent). Handles are dropped first: a live column
@@ -187,8 +208,9 @@ class RocksTimerStore:
             if self.vlog is not None:
                 self.vlog.close()
             db = self._db
-            self._timer = self._meta = self._corrupt = None
-            self._timer_h = self._meta_h = self._corrupt_h = None
+            self._due.close()
+            self._timer = self._meta = self._corrupt = self._keys = None
+            self._timer_h = self._meta_h = self._corrupt_h = self._keys_h = None
             self._db = None
             self._in_flight.clear()
             db.close()
@@ -242,28 +264,32 @@ class RocksTimerStore:
             raw_keys, values, key_dues, handles = encode_schedule(
                 records, self._low_watermark_ms(), self.config.timer_compress_threshold)
             batch = WriteBatch(raw_mode=True)
+            olds = self._old_values(raw_keys)
+            changes, added = keyindex.schedule_changes(self, raw_keys, records, olds)
             if self.vlog is not None:
                 fields = [(r.message.queue_id, len(r.message.body), r.message.tags)
                           for r in records]
-                layout.schedule_vlog(self, raw_keys, values, now_ms, batch, fields)
+                layout.schedule_vlog(self, raw_keys, values, now_ms, batch, fields, olds,
+                                     changes, added)
                 return list(map(Scheduled, handles, key_dues))
             put, timer_h = batch.put, self._timer_h
             for raw, value in zip(raw_keys, values):
                 put(raw, value, timer_h)
-            added = self._count_new(raw_keys)
             if added:
                 put(K.META_PENDING, rocks_meta.pack_u64(self._pending + added), self._meta_h)
+            new_counts = keyindex.stage(self, changes, batch)
             self._db.write(batch, self._write_opts)
+            keyindex.commit(self, changes, new_counts)
             self._pending += added
         return list(map(Scheduled, handles, key_dues))
 
-    def _count_new(self, raw_keys: list[bytes]) -> int:
-        """How many distinct keys of a schedule batch are not stored yet (the pending count is
-        exact: a producer's retry of the same key adds nothing)."""
+    def _old_values(self, raw_keys: list[bytes]) -> dict[bytes, bytes | None]:
+        """The stored value of each distinct key of a schedule batch (None: a new key), so
+        the pending count stays exact (a producer's retry of the same key adds nothing)."""
         if len(raw_keys) == 1:  # a single send: a point get is half a one-key multi-get
-            return int(self._timer.get(raw_keys[0]) is None)
+            return {raw_keys[0]: self._timer.get(raw_keys[0])}
         distinct = list(dict.fromkeys(raw_keys))  # a batch may repeat a key
-        return self._timer.get(distinct).count(None)
+        return dict(zip(distinct, self._timer.get(distinct)))
 
     def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> list[DueRecord]:
         return claim.claim_due(self, now_ms, max_messages, max_bytes)
@@ -277,10 +303,20 @@ class RocksTimerStore:
             for record in records:
                 raw = record.token if isinstance(record.token, bytes) else K.encode_key(record.key)
                 if raw in self._in_flight:  # else reconciled already or never claimed here
-                    done[raw] = None
+                    done[raw] = record
             batch = WriteBatch(raw_mode=True)
+            changes = IndexChanges()
+            keyed = self._keyed
+            delete, timer_h = batch.delete, self._timer_h
             for raw in done:
-                batch.delete(raw, self._timer_h)
+                delete(raw, timer_h)
+            if not keyed:
+                keyindex.removed_unkeyed(changes, done)
+            for raw, record in done.items() if keyed else ():
+                if type(record) is claim.ClaimedRecord:
+                    changes.removed(raw, record.message_keys())
+                else:
+                    changes.removed(raw, keyindex.message_keys(record.message))
             pending = self._pending - len(done)
             batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
             batch.put(K.META_CURSOR, self._cursor(without=done), self._meta_h)
@@ -288,8 +324,10 @@ class RocksTimerStore:
                 batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(commitlog_end),
                           self._meta_h)
             new = self._stage_removed([self._in_flight[raw] for raw in done], batch)
+            new_counts = keyindex.stage(self, changes, batch)
             self._write(batch)
             self._commit_removed(new)
+            keyindex.commit(self, changes, new_counts)
             self._pending = pending
             if commitlog_end is not None:
                 self._reconcile_offset = commitlog_end
@@ -311,9 +349,13 @@ class RocksTimerStore:
             batch = WriteBatch(raw_mode=True)
             batch.delete(raw, self._timer_h)
             batch.put(K.META_PENDING, rocks_meta.pack_u64(self._pending - 1), self._meta_h)
+            changes = IndexChanges()
+            changes.removed(raw, keyindex.stored_keys(self, raw, value))
             new = self._stage_removed([value], batch)
+            new_counts = keyindex.stage(self, changes, batch)
             self._write(batch)
             self._commit_removed(new)
+            keyindex.commit(self, changes, new_counts)
             self._pending -= 1
             self._deletes_since_reclaim += 1
             return True
@@ -357,14 +399,18 @@ class RocksTimerStore:
                      if old is not None]
             present = [raw for raw, _ in found]
             batch = WriteBatch(raw_mode=True)
-            for raw in present:
+            changes = IndexChanges()
+            for raw, old in found:
                 batch.delete(raw, self._timer_h)
+                changes.removed(raw, keyindex.stored_keys(self, raw, old))
             pending = self._pending - len(present)
             batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
             batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(commitlog_end), self._meta_h)
             new = self._stage_removed([old for _, old in found], batch)
+            new_counts = keyindex.stage(self, changes, batch)
             self._write(batch)
             self._commit_removed(new)
+            keyindex.commit(self, changes, new_counts)
             self._pending = pending
             self._reconcile_offset = commitlog_end
             for raw in raws:

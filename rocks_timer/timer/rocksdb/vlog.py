@@ -54,9 +54,8 @@ CLASS_FACTOR = 1.5
 # upper bound (ms, exclusive) of each delay class; class 0 holds delays under 1.5 s
 CLASS_BOUNDS = [int(1000 * CLASS_FACTOR ** (c + 1)) for c in range(64)]
 MIN_SEAL_AGE_MS = 1_000
-COALESCE_GAP = 4096  # read two records in one pread when at most this many bytes lie between
-COALESCE_MAX = 1 << 20
-_POINTER = operator.itemgetter(1)
+COALESCE_GAP = 4096  # one prefetch hint for two records at most this many bytes apart
+_SEGMENT_OFFSET = operator.itemgetter(0, 1)
 
 
 def delay_class(delay_ms: int) -> int:
@@ -130,6 +129,8 @@ class ValueLog:
         self.long_open: dict[int, Segment] = {}  # due day -> open segment
         self.counters: dict[bytes, int] = dict.fromkeys(COUNTERS, 0)
         self.next_id = 1
+        self._stored: dict[bytes, int] = {}  # counter values known to be in ``meta``
+        self._staged: dict[bytes, int] = {}  # put by the last ``stage``, not yet committed
         self.dirty: set[int] = set()  # appended since the last fdatasync (async mode)
         self.short_segments: list[int] = []
         # segment creation, sealing, choosing a relocation target and release: relocation works
@@ -143,8 +144,12 @@ class ValueLog:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         raw = meta.get(META_NEXT_ID)
         self.next_id = U64.unpack(raw)[0] if raw is not None else 1
+        if raw is not None:
+            self._stored[META_NEXT_ID] = self.next_id
         for name, value in zip(COUNTERS, meta.get(list(COUNTERS))):
             self.counters[name] = U64.unpack(value)[0] if value is not None else 0
+            if value is not None:
+                self._stored[name] = self.counters[name]
         it = meta.iter()
         try:
             it.seek(SEG_PREFIX)
@@ -286,12 +291,18 @@ class ValueLog:
                       SEGMENT.pack(seg.kind, seg.day, seg.created_ms, count, nbytes, end,
                                    seg.max_due_ms),
                       self._meta_h)
-        for name, value in self.counters.items():
-            batch.put(name, U64.pack(value), self._meta_h)
-        batch.put(META_NEXT_ID, U64.pack(self.next_id), self._meta_h)
+        staged = {}  # counters go in only when they differ from what is stored
+        for name, value in (*self.counters.items(), (META_NEXT_ID, self.next_id)):
+            if self._stored.get(name) != value:
+                batch.put(name, U64.pack(value), self._meta_h)
+                staged[name] = value
+        self._staged = staged
         return new
 
     def commit(self, new: dict[int, tuple[int, int, int]]) -> None:
+        """After the batch ``stage`` filled is written."""
+        self._stored.update(self._staged)
+        self._staged = {}
         for seg_id, (count, nbytes, end) in new.items():
             seg = self.segments.get(seg_id)
             if seg is not None:
@@ -315,56 +326,22 @@ class ValueLog:
                                      f"expected {bytes(key).hex()}", where=where, raw=data)
         return value
 
-    def read_many(self, wanted: list[tuple[bytes, I.Pointer]]
-                  ) -> dict[bytes, bytes | CorruptRecordError]:
-        """The values of many pointers (key -> value, or the error of a damaged one), read in
-        segment order with neighbouring records coalesced into one ``pread`` (a claim batch
-        often takes runs of records that were written together)."""
-        out: dict[bytes, bytes | CorruptRecordError] = {}
-        order = sorted(wanted, key=_POINTER)  # by segment, then offset
-        n, i = len(order), 0
-        while i < n:
-            key, first = order[i]
-            seg_id, start = first.segment, first.offset
-            end = start + first.length
-            j = i + 1
-            while j < n:
-                p = order[j][1]
-                if p.segment != seg_id or not 0 <= p.offset - end <= COALESCE_GAP \
-                        or p.offset + p.length - start > COALESCE_MAX:
-                    break
-                end = p.offset + p.length
-                j += 1
-            seg = self.segments.get(seg_id)
-            if seg is None or seg.file is None:
-                for k, p in order[i:j]:
-                    out[k] = CorruptRecordError(f"vlog segment {seg_id} offset {p.offset}: the "
-                                                f"segment is missing",
-                                                where=f"vlog segment {seg_id} offset {p.offset}")
-                i = j
-                continue
-            data = seg.file.read(start, end - start)
-            group = order[i:j]
-            results = S.parse_run(data, [(p.offset - start, p.length, k) for k, p in group])
-            for (k, p), result in zip(group, results):
-                if type(result) is bytes:
-                    out[k] = result
-                else:
-                    where = f"vlog segment {seg_id} offset {p.offset}"
-                    out[k] = CorruptRecordError(f"{where}: {S.REFUSED[result]}", where=where,
-                                                raw=data[p.offset - start:p.offset - start
-                                                         + p.length])
-            i = j
-        return out
-
     def will_need(self, pointers: Iterable[I.Pointer]) -> int:
         """Prefetch hints for records due soon; returns how many ranges were hinted."""
-        n = 0
-        for p in pointers:
+        n, current, start, end = 0, None, 0, 0
+        for p in sorted(pointers, key=_SEGMENT_OFFSET):  # neighbours merged into one range
+            if current is not None and p.segment == current.id and \
+                    p.offset - end <= COALESCE_GAP:
+                end = max(end, p.offset + p.length)
+                continue
+            if current is not None:
+                current.will_need(start, end - start)
             seg = self.segments.get(p.segment)
-            if seg is not None and seg.file is not None:
-                seg.file.will_need(p.offset, p.length)
-                n += 1
+            current = seg.file if seg is not None and seg.file is not None else None
+            start, end = p.offset, p.offset + p.length
+            n += current is not None
+        if current is not None:
+            current.will_need(start, end - start)
         return n
 
     # -- housekeeping -----------------------------------------------------------------------

@@ -49,8 +49,11 @@ class TimerCheckpointFile:
         try:
             return Checkpoint.decode(data)
         except ValueError as exc:
-            raise CorruptRecordError(f"checkpoint {self.path}: {exc}", where=str(self.path),
-                                     raw=data) from None
+            raise CorruptRecordError(
+                f"checkpoint {self.path} is damaged ({exc}); move it away and open again: the "
+                "wheel then rebuilds its position from the TimerLog and the timer topic "
+                "(messages delivered just before may be delivered again)",
+                where=str(self.path), raw=data) from None
 
     def save(self, checkpoint: Checkpoint) -> None:
         self.bytes_written += write_atomically(self.path, checkpoint.encode())

@@ -39,9 +39,10 @@ def walk_slot(wheel: TimerWheel, timerlog: TimerLog, t_ms: int, state: WheelStat
             if state is not None:
                 state.counters["broken_links"] += 1
             log.error("wheel slot %d: unit at %d unreadable: %s", t_ms, pos, exc)
-            if isinstance(exc, CorruptRecordError) and 0 <= slot.first_pos < pos:
-                # the chain is broken: the slot's older units lie between its first unit and
-                # here; find them by position instead of through the lost link
+            if 0 <= slot.first_pos < pos:
+                # the chain is broken (a corrupt unit, or one lost with a short or missing
+                # segment): the slot's older units lie between its first unit and here; find
+                # them by position instead of through the lost link
                 for upos, older in reversed(timerlog.units_between(slot.first_pos, pos)):
                     if older.slot_ms == t_ms:
                         _collect(cursor, markers, upos, older)

@@ -22,7 +22,8 @@ from typing import Iterable, Sequence
 
 from rocks_timer.clock import Clock, SystemClock
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import StoreClosedError, TimerFlowControlError
+from rocks_timer.errors import (StoreClosedError, TimerFlowControlError,
+                                UnsupportedOperationError)
 from rocks_timer.message import (REAL_QID, REAL_TOPIC, TIMER_DEL_UNIQKEY, TIMER_DELIVER_MS,
                                  TIMER_OUT_MS, UNIQ_KEY, WHEEL_TIMER_TOPIC, Message, new_msg_id)
 from rocks_timer.timer.handles import decode_handle, encode_handle
@@ -32,6 +33,7 @@ from rocks_timer.timer.wheel.checkpoint import (TimerCheckpointFile, TimerMetric
                                                 check_format)
 from rocks_timer.timer.wheel.dequeue import DequeueService
 from rocks_timer.timer.wheel.enqueue import EnqueueService
+from rocks_timer.timer.wheel.histogram import BASIS, count_slots
 from rocks_timer.timer.wheel.layouts import (MAGIC_DELETE, MAGIC_ROLL, TIMER_BLANK_SLOTS,
                                              Checkpoint, effective_roll_window, slots_total_for,
                                              snap_precision, timer_out_ms)
@@ -265,6 +267,34 @@ class WheelTimerStore:
             return scan_pending(self.state, self.wheel, self.timerlog, self.message_store,
                                 from_ms=from_ms, to_ms=to_ms, topic=topic, limit=limit,
                                 after=after)
+
+    # -- by business key, reschedule, due counts ------------------------------------------------
+    due_basis = BASIS
+    _NO_INDEX = ("the file wheel keeps no index by key and its cancel is a best-effort marker, "
+                 "so it cannot {} exactly; use timer_engine='rocksdb'")
+
+    def find(self, topic: str, key: str, *, limit: int = 100, after: str | None = None):
+        raise UnsupportedOperationError(self._NO_INDEX.format("find messages by key"))
+
+    def cancel_by_key(self, topic: str, key: str, now_ms: int):
+        raise UnsupportedOperationError(self._NO_INDEX.format("cancel by key"))
+
+    def reschedule(self, handles, due_ms: int, now_ms: int):
+        raise UnsupportedOperationError(self._NO_INDEX.format("reschedule"))
+
+    def reschedule_by_key(self, topic: str, key: str, due_ms: int, now_ms: int):
+        raise UnsupportedOperationError(self._NO_INDEX.format("reschedule"))
+
+    def count_due(self, ranges) -> list[int]:
+        """From the slot counts (see ``wheel.histogram``): not exact for rolled messages."""
+        with self._lock:
+            self._check_open()
+            now_ms = self.clock.now_ms()
+            for _ in range(64):  # count what was sent but not yet enqueued in its slot (bounded)
+                if self._enqueue.backlog() == 0 or self._enqueue.run(now_ms, ENQUEUE_BUDGET) == 0:
+                    break
+            outside = len(self.state.expired_outstanding) + self._enqueue.backlog()
+            return count_slots(self.wheel, self.state, ranges, outside)
 
     def next_due_ms(self) -> int | None:
         return None  # slots are read at the precision; the loop's interval is the wheel's tick

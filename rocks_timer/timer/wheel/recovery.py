@@ -1,10 +1,12 @@
 """Recovery on open: revise the wheel from the TimerLog tail, truncate torn units, pick offsets.
 
 RocketMQ's load/recover: rescan from one segment before the checkpoint's flush position,
-revising each unit's slot so last_pos is its newest unit; cut the log where its torn tail
-starts (a unit whose size is not 52 or whose magic is bad with no valid unit after it; a bad unit
-with valid ones after it is corruption, counted and skipped, never a reason to cut); restart the enqueue from the smaller of the last unit's
-queue offset + 1 and the checkpoint's; never look back further than the wheel can hold.
+revising each unit's slot so last_pos is its newest unit; cut the log where its torn tail starts
+(a unit whose size is not 52 or whose magic is bad with no valid unit after it; a bad unit with
+valid ones after it is corruption, counted and skipped, never a reason to cut); restart the
+enqueue from the smaller of the last unit's queue offset + 1 and the checkpoint's; never look
+back further than the wheel can hold. A TimerLog (or wheel file) that lost what the checkpoint
+says was durable re-enqueues the timer topic from its start (``_lost_units``).
 """
 from __future__ import annotations
 

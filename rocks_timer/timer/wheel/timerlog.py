@@ -216,6 +216,8 @@ class TimerLog:
                         yield segment.start + pos, Unit(*fields)
                         pos += UNIT_SIZE
                         continue
+                if pos == len(data) and n + 1 < len(segments):
+                    break  # a short sealed segment: reported by short_segments, not damage
                 nxt = _next_valid(data, pos + UNIT_SIZE)
                 if nxt is None and not any(_next_valid(os.pread(s.fd, s.written, 0), 0)
                                            is not None for s in segments[n + 1:]):

@@ -1,0 +1,185 @@
+/* delivery_copies(values, dues, now_ms) -> list: timer values (rocks_timer/timer/values.py)
+ * straight to prepared CommitLog records (record.prepare_record: the record with its place,
+ * store time and CRC left for the writer, then its tags code and flags), without a Message
+ * per record.
+ * The Python reference is rocks_timer/timer/delivery.py (prepared_copy_py);
+ * tests/test_delivery_copies.py holds the two equal byte for byte.
+ *
+ * A value takes this path only when the reference would give exactly the stored property
+ * string plus the two delivery properties appended: a plain (not lz4) body, an ASCII topic,
+ * ASCII properties in canonical form (each entry name\x01value\x02, both parts non-empty, no
+ * name twice), no TIMER_OUT_MS or TIMER_DEQUEUE_MS yet, an upper-case UNIQ_KEY, KEYS already
+ * normalised (single spaces), and a topic of at most 127 bytes that is not
+ * SCHEDULE_TOPIC_XXXX. Anything else gives None, and the caller uses the reference, which also
+ * reports a corrupt value. */
+#include "native.h"
+
+#define VALUE_HEADER 36
+#define VALUE_VERSION 1
+#define PRESENT_QUEUE_ID 0x01
+#define PRESENT_BORN_MS 0x02
+
+
+static uint32_t get32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static uint64_t get64(const unsigned char *p) {
+    return (uint64_t)get32(p) << 32 | get32(p + 4);
+}
+
+typedef struct {
+    const unsigned char *name, *value;
+    Py_ssize_t name_len, value_len;
+} entry_t;
+
+static int names_equal(const entry_t *e, const char *name) {
+    size_t n = strlen(name);
+    return (size_t)e->name_len == n && memcmp(e->name, name, n) == 0;
+}
+
+/* Split canonical ASCII properties; the number of entries, or -1 if not canonical. */
+static Py_ssize_t split_props(const unsigned char *p, Py_ssize_t n, entry_t *out, Py_ssize_t cap) {
+    Py_ssize_t count = 0, at = 0;
+    while (at < n) {
+        if (count == cap) return -1;
+        entry_t *e = &out[count];
+        e->name = p + at;
+        while (at < n && p[at] != 1 && p[at] != 2) {
+            if (p[at] >= 0x80) return -1;
+            at++;
+        }
+        e->name_len = p + at - e->name;
+        if (at == n || p[at] != 1 || e->name_len == 0) return -1;
+        e->value = p + ++at;
+        while (at < n && p[at] != 1 && p[at] != 2) {
+            if (p[at] >= 0x80) return -1;
+            at++;
+        }
+        e->value_len = p + at - e->value;
+        if (at == n || p[at] != 2 || e->value_len == 0) return -1;
+        at++;
+        for (Py_ssize_t j = 0; j < count; j++)
+            if (out[j].name_len == e->name_len && memcmp(out[j].name, e->name, e->name_len) == 0)
+                return -1;
+        count++;
+    }
+    return count;
+}
+
+static int keys_normalised(const entry_t *e) {
+    if (e->value[0] == ' ' || e->value[e->value_len - 1] == ' ') return 0;
+    for (Py_ssize_t i = 1; i < e->value_len; i++)
+        if (e->value[i] == ' ' && e->value[i - 1] == ' ') return 0;
+    return 1;
+}
+
+#define MAX_ENTRIES 64
+
+/* The prepared record of one value, or Py_None (new reference) when the reference must
+ * decide. */
+PyObject *delivery_copy_one(PyObject *value, long long due_ms, long long now_ms) {
+    if (!PyBytes_Check(value)) Py_RETURN_NONE;
+    const unsigned char *v = (const unsigned char *)PyBytes_AS_STRING(value);
+    Py_ssize_t len = PyBytes_GET_SIZE(value);
+    if (len < VALUE_HEADER || v[0] != VALUE_VERSION || v[1] != 0 || (v[2] & ~3)) Py_RETURN_NONE;
+    int present = v[2];
+    int32_t queue_id = (int32_t)get32(v + 3), flag = (int32_t)get32(v + 7);
+    int64_t born_ms = (int64_t)get64(v + 11);
+    int32_t reconsume = (int32_t)get32(v + 19);
+    Py_ssize_t topic_len = v[23];
+    uint32_t props_len = get32(v + 24), body_len = get32(v + 28), stored_len = get32(v + 32);
+    if (topic_len == 0 || body_len != stored_len ||
+        (uint64_t)len != (uint64_t)VALUE_HEADER + topic_len + props_len + stored_len)
+        Py_RETURN_NONE;
+    const unsigned char *topic = v + VALUE_HEADER, *props = topic + topic_len;
+    const unsigned char *body = props + props_len;
+    for (Py_ssize_t i = 0; i < topic_len; i++)
+        if (topic[i] < 0x20 || topic[i] >= 0x80) Py_RETURN_NONE;
+    entry_t entries[MAX_ENTRIES];
+    Py_ssize_t count = split_props(props, props_len, entries, MAX_ENTRIES);
+    if (count < 0) Py_RETURN_NONE;
+    const entry_t *uniq = NULL, *tags = NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const entry_t *e = &entries[i];
+        if (names_equal(e, "TIMER_OUT_MS") || names_equal(e, "TIMER_DEQUEUE_MS")) Py_RETURN_NONE;
+        if (names_equal(e, "UNIQ_KEY")) {
+            for (Py_ssize_t j = 0; j < e->value_len; j++)
+                if (e->value[j] >= 'a' && e->value[j] <= 'z') Py_RETURN_NONE;
+            uniq = e;
+        } else if (names_equal(e, "TAGS")) {
+            tags = e;
+        } else if (names_equal(e, "KEYS") && !keys_normalised(e)) {
+            Py_RETURN_NONE;
+        }
+    }
+    if (uniq == NULL) Py_RETURN_NONE;
+
+    if (topic_len > 127 ||
+        (topic_len == 19 && memcmp(topic, "SCHEDULE_TOPIC_XXXX", 19) == 0))
+        Py_RETURN_NONE;
+    char extra[96];
+    int extra_len = snprintf(extra, sizeof extra,
+                             "TIMER_OUT_MS\x01%lld\x02TIMER_DEQUEUE_MS\x01%lld\x02", due_ms, now_ms);
+    Py_ssize_t all_props = (Py_ssize_t)props_len + extra_len;
+    if (all_props > 65535) Py_RETURN_NONE;
+    int64_t tags_code = 0;
+    if (tags != NULL) { /* Java's String.hashCode; the value is ASCII */
+        uint32_t h = 0;
+        for (Py_ssize_t i = 0; i < tags->value_len; i++) h = 31 * h + tags->value[i];
+        tags_code = (int32_t)h;
+    }
+    Py_ssize_t size = RECORD_FIXED_SIZE + body_len + topic_len + all_props;
+    PyObject *blob = PyBytes_FromStringAndSize(NULL, size + 9);
+    if (blob == NULL) return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(blob);
+    memset(w, 0, 84);
+    put32(w, (uint32_t)size);
+    put32(w + 4, RECORD_MAGIC);
+    put32(w + 12, (uint32_t)(present & PRESENT_QUEUE_ID ? queue_id : 0));
+    put32(w + 16, (uint32_t)flag);
+    put64(w + 40, present & PRESENT_BORN_MS ? (uint64_t)born_ms : 0);
+    memcpy(w + 48, LOCALHOST, 8);
+    memcpy(w + 64, LOCALHOST, 8);
+    put32(w + 72, (uint32_t)reconsume);
+    w += 84;
+    w = put32(w, body_len);
+    memcpy(w, body, body_len);
+    w += body_len;
+    *w++ = (unsigned char)topic_len;
+    memcpy(w, topic, topic_len);
+    w += topic_len;
+    *w++ = (unsigned char)(all_props >> 8);
+    *w++ = (unsigned char)all_props;
+    memcpy(w, props, props_len);
+    memcpy(w + props_len, extra, extra_len);
+    put64(w + all_props, (uint64_t)tags_code);
+    w[all_props + 8] = present & PRESENT_BORN_MS ? 0 : 0x01; /* born at the store time */
+    return blob;
+}
+
+PyObject *delivery_copies(PyObject *self, PyObject *args) {
+    PyObject *values, *dues;
+    long long now_ms;
+    if (!PyArg_ParseTuple(args, "O!O!L", &PyList_Type, &values, &PyList_Type, &dues, &now_ms))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if (PyList_GET_SIZE(dues) != n) {
+        PyErr_SetString(PyExc_ValueError, "delivery_copies: values and dues differ in length");
+        return NULL;
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long due = PyLong_AsLongLong(PyList_GET_ITEM(dues, i));
+        if (due == -1 && PyErr_Occurred()) goto fail;
+        PyObject *copy = delivery_copy_one(PyList_GET_ITEM(values, i), due, now_ms);
+        if (copy == NULL) goto fail;
+        PyList_SET_ITEM(out, i, copy);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+

@@ -1,0 +1,69 @@
+"""The claim's per-record work after the index walk, as one call: the byte budget, value-segment
+reads, and prepared CommitLog copies (see :mod:`rocks_timer.timer.delivery`).
+
+``claim_batch`` is the native ``claim_batch`` (``rocks_timer/_native/claim.c``) when it was
+built, else :func:`claim_batch_py`, its reference; tests/test_claim_native.py holds the two
+equal. Codes name why an entry cannot be delivered; the claim turns them into
+``CorruptRecordError``s and sets those entries aside.
+"""
+from __future__ import annotations
+
+import os
+
+from rocks_timer.timer import keys as K
+from rocks_timer.timer.delivery import native_copies
+from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb import segments as S
+
+try:
+    from rocks_timer._native.codec import claim_batch as _native_claim
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native_claim = None
+
+
+def claim_batch_py(keys: list[bytes], values: list[bytes], fds: dict[int, int] | None,
+                   max_bytes: int, now_ms: int) -> tuple[int, list, list, list, list]:
+    """(cut, sizes, bodies, copies, codes) for the entries before ``cut`` (see the module
+    docstring of ``claim.c`` for each part)."""
+    sizes, bodies, codes, pointers = [], [], [], []
+    used = 0
+    for i, (key, value) in enumerate(zip(keys, values)):
+        pointer = code = None
+        size = len(value)
+        if fds is not None and value[:1] == bytes([I.POINTER_VERSION]):
+            if len(value) >= I.SIZE:
+                pointer = I.POINTER.unpack_from(value)[1:4]
+                size = pointer[2]
+            else:
+                code = "short-pointer"
+        if i > 0 and used + size > max_bytes:
+            break
+        used += size
+        if len(key) < K.FIXED_KEY_SIZE + 1 or key[K.DUE_SIZE] == 0 or \
+                len(key) != K.FIXED_KEY_SIZE + key[K.DUE_SIZE]:
+            code = "bad-key"
+        elif pointer is not None and code is None:
+            fd = fds.get(pointer[0])
+            if fd is None:
+                code = "missing"
+            else:
+                result = S.parse_run_py(os.pread(fd, pointer[2], pointer[1]),
+                                        [(0, pointer[2], key)])[0]
+                if type(result) is bytes:
+                    value = result
+                else:
+                    code, value = result, None
+        sizes.append(size)
+        bodies.append(value)
+        codes.append(code)
+    cut = len(sizes)
+    copies = [None] * cut
+    good = [i for i in range(cut) if codes[i] is None]
+    made = native_copies([bodies[i] for i in good], [K.key_due_ms(keys[i]) for i in good],
+                         now_ms)
+    for i, copy in zip(good, made):
+        copies[i] = copy
+    return cut, sizes, bodies, copies, codes
+
+
+claim_batch = _native_claim if _native_claim is not None else claim_batch_py

@@ -1,0 +1,169 @@
+"""Exact pending counts per due second, hour and UTC day, kept in ``meta``.
+
+Every change of the ``timer`` column family (schedule, delivery, cancel, reconcile, quarantine,
+reschedule) changes the counters of the keys it adds or removes **in the same WriteBatch**, so
+they are exact after any crash. A count over whole seconds [lo, hi) reads at most the second
+counters of the partial hours at both ends, the hour counters of the partial days and the day
+counters between: a few hundred small values, never a walk of the keys.
+
+Counter keys and widths come from :mod:`rocks_timer.timer.keys` (``DUE_COUNTER_WIDTHS``); a
+counter that reaches 0 is deleted. Current values are cached (bounded) so a send reads a
+counter from RocksDB only the first time it touches it; every write happens under the store's
+lock, so the cache cannot go stale.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+from collections import Counter
+from typing import Any, Iterable, Sequence
+
+from rocksdict import ReadOptions, WriteBatch
+
+from rocks_timer.timer import keys as K
+from rocks_timer.timer.histogram import check_bounds
+from rocks_timer.timer.rocksdb.scan import check_iterator
+
+log = logging.getLogger(__name__)
+U64 = struct.Struct(">Q")
+CACHE_MAX = 1 << 18
+SECOND, HOUR, DAY = 1, 3_600, 86_400  # in seconds
+(_S, _), (_H, _), (_D, _) = K.DUE_COUNTER_WIDTHS
+assert all(width % 1000 == 0 for _, width in K.DUE_COUNTER_WIDTHS)  # stage() sums seconds
+
+
+def _ceil(x: int, step: int) -> int:
+    return -(-x // step) * step
+
+
+class DueCounters:
+    """The due counters of one store: staged into the caller's batch, committed after it."""
+
+    def __init__(self, meta: Any, meta_h: Any) -> None:
+        self._meta = meta
+        self._meta_h = meta_h
+        self._cache: dict[bytes, int] = {}
+        self.underflows = 0
+
+    def close(self) -> None:
+        self._meta = self._meta_h = None
+        self._cache.clear()
+
+    # -- writes (caller holds the store's lock) ---------------------------------------------------
+    def stage(self, deltas: dict[int, int], batch: WriteBatch) -> dict[bytes, int]:
+        """Put the counters changed by ``deltas`` (due_ms -> +n/-n) into ``batch``; returns
+        the new values for :meth:`commit`. A count below zero is a bug, not a state: it raises."""
+        per_second: dict[int, int] = {}  # every width is whole seconds: sum those first
+        for due_ms, delta in deltas.items():
+            if delta:
+                second = due_ms // 1000
+                per_second[second] = per_second.get(second, 0) + delta
+        per_key: dict[bytes, int] = {}
+        for second, delta in per_second.items():
+            for name in K.due_counter_keys(second * 1000):
+                per_key[name] = per_key.get(name, 0) + delta
+        cache = self._cache
+        missing = [name for name in per_key if name not in cache]
+        if missing:
+            for name, raw in zip(missing, self._meta.get(missing)):
+                cache[name] = 0 if raw is None else U64.unpack(raw)[0]
+        new: dict[bytes, int] = {}
+        put, delete, meta_h = batch.put, batch.delete, self._meta_h
+        for name, delta in per_key.items():
+            if not delta:
+                continue
+            value = cache[name] + delta
+            if value < 0:  # only a key written behind the store's back (check() reports it)
+                log.warning("due counter %s would become %d; kept at 0", name.hex(), value)
+                self.underflows += 1
+                value = 0
+            new[name] = value
+            if value:
+                put(name, U64.pack(value), meta_h)
+            else:
+                delete(name, meta_h)
+        return new
+
+    def commit(self, new: dict[bytes, int]) -> None:
+        if len(self._cache) + len(new) > CACHE_MAX:
+            self._cache.clear()
+        self._cache.update(new)
+
+    def forget(self) -> None:
+        """Drop the cache (after a rebuild wrote the counters directly)."""
+        self._cache.clear()
+
+    # -- reads (caller holds the store's lock) ----------------------------------------------------
+    def _sum(self, prefix: bytes, lo: int, hi: int | None) -> int:
+        """Sum of the counters of one level with bucket numbers in [lo, hi)."""
+        if hi is not None and hi <= lo:
+            return 0
+        opts = ReadOptions()
+        opts.set_iterate_upper_bound(K.due_counter_key(prefix, hi) if hi is not None
+                                     else prefix + b"\xff" * 9)
+        it = self._meta.iter(opts)
+        total = 0
+        try:
+            it.seek(K.due_counter_key(prefix, lo))
+            while it.valid():
+                total += U64.unpack(it.value())[0]
+                it.next()
+            check_iterator(it, "due counters")
+        finally:
+            del it
+        return total
+
+    def count(self, lo_ms: int | None, hi_ms: int | None) -> int:
+        """Pending keys due in [lo_ms, hi_ms) (None: unbounded); bounds are whole seconds."""
+        check_bounds([(lo_ms, hi_ms)])
+        a = 0 if lo_ms is None else max(0, lo_ms // 1000)
+        b = None if hi_ms is None else max(0, hi_ms // 1000)
+        if b is not None and b <= a:
+            return 0
+        a_h = _ceil(a, HOUR)
+        if b is not None and a_h >= b:
+            return self._sum(_S, a, b)
+        total = self._sum(_S, a, a_h)
+        b_h = None if b is None else b // HOUR * HOUR
+        a_d = _ceil(a_h, DAY)
+        if b_h is not None and a_d >= b_h:
+            total += self._sum(_H, a_h // HOUR, b_h // HOUR)
+        else:
+            total += self._sum(_H, a_h // HOUR, a_d // HOUR)
+            b_d = None if b_h is None else b_h // DAY * DAY
+            total += self._sum(_D, a_d // DAY, None if b_d is None else b_d // DAY)
+            if b_d is not None:
+                total += self._sum(_H, b_d // HOUR, b_h // HOUR)
+        if b is not None:
+            total += self._sum(_S, b_h, b)
+        return total
+
+    def count_many(self, ranges: Sequence[tuple[int | None, int | None]]) -> list[int]:
+        return [self.count(lo, hi) for lo, hi in ranges]
+
+    # -- check and rebuild --------------------------------------------------------------------------
+    def stored(self) -> dict[bytes, int]:
+        """Every counter in ``meta`` (check and rebuild; O(counters))."""
+        out: dict[bytes, int] = {}
+        for prefix, _ in K.DUE_COUNTER_WIDTHS:
+            opts = ReadOptions()
+            opts.set_iterate_upper_bound(prefix + b"\xff" * 9)
+            it = self._meta.iter(opts)
+            try:
+                it.seek(prefix)
+                while it.valid():
+                    out[bytes(it.key())] = U64.unpack(it.value())[0]
+                    it.next()
+                check_iterator(it, "due counters")
+            finally:
+                del it
+        return out
+
+
+def expected_counters(dues: Iterable[int]) -> dict[bytes, int]:
+    """What the counters must hold for pending keys due at ``dues`` (check, rebuild)."""
+    out: Counter[bytes] = Counter()
+    for due_ms in dues:
+        out.update(K.due_counter_keys(due_ms))
+    return dict(out)
+

@@ -1,0 +1,112 @@
+"""The RocksDB key index and due counters: entry codec, counts against brute force, the build
+of an older store on open, and the invariant check."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rocksdict import WriteBatch
+
+from rocks_timer.config import BrokerConfig
+from rocks_timer.errors import CorruptRecordError, InvalidMessageError
+from rocks_timer.message import Message
+from rocks_timer.timer import keys as K
+from rocks_timer.timer.histogram import count_in_memory
+from rocks_timer.timer.store import TimerKey, TimerRecord
+from rocks_support import T0, clock, layout, open_store  # noqa: F401 - fixtures
+from test_keys import dues, msg_ids, timer_keys, topics
+
+index_keys = st.text(alphabet=st.characters(blacklist_characters=" ", blacklist_categories=("Cs",)),
+                     min_size=1, max_size=40)
+
+
+@given(timer_keys, index_keys)
+def test_entry_round_trip(key, business_key):
+    raw = K.encode_key(key)
+    entry = K.index_entry(raw, business_key)
+    assert entry.startswith(K.key_index_prefix(key.topic, business_key))
+    assert K.timer_key_of_entry(entry) == raw
+
+
+@given(topics, index_keys, st.lists(st.tuples(dues, msg_ids), min_size=2, max_size=20))
+def test_entries_of_one_key_sort_like_their_timer_keys(topic, business_key, parts):
+    raws = [K.encode_key(TimerKey(d, topic, i)) for d, i in parts]
+    by_entry = sorted(raws, key=lambda raw: K.index_entry(raw, business_key))
+    assert by_entry == sorted(raws)
+
+
+def test_bad_keys_and_entries():
+    for key in ("", "a b"):
+        with pytest.raises(InvalidMessageError):
+            K.key_index_prefix("orders", key)
+    with pytest.raises(InvalidMessageError):
+        K.key_index_prefix("orders", "x" * 70_000)
+    raw = K.encode_key(TimerKey(5, "orders", "AB" * 16))
+    for bad in (b"", b"kix.", K.index_entry(raw, "k")[:-1], b"count.pending"):
+        with pytest.raises(CorruptRecordError):
+            K.timer_key_of_entry(bad)
+
+
+def _message(i: int, keys=()) -> Message:
+    return Message("orders", b"b" * (i % 7 * 100), msg_id=f"{i:032X}", keys=keys)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 40 * 86_400_000), min_size=1, max_size=60),
+       st.lists(st.tuples(st.one_of(st.none(), st.integers(-2, 45 * 86_400)),
+                          st.one_of(st.none(), st.integers(-2, 45 * 86_400))), max_size=8))
+def test_counts_equal_brute_force(tmp_path_factory, offsets, bounds):
+    from rocks_timer.timer.rocksdb import RocksTimerStore
+    path = tmp_path_factory.mktemp("counts")
+    with RocksTimerStore.open(path / "t", BrokerConfig(rocksdb_layout="inline")) as store:
+        store.schedule([TimerRecord(T0 + off, _message(i)) for i, off in enumerate(offsets)], T0)
+        ranges = [(None if lo is None else T0 + lo * 1000, None if hi is None else T0 + hi * 1000)
+                  for lo, hi in bounds] + [(None, None)]
+        dues = [T0 + off for off in offsets]
+        assert store.count_due(ranges) == count_in_memory(dues, ranges)
+
+
+def test_misaligned_bounds_are_refused(open_store):
+    store = open_store()
+    with pytest.raises(ValueError):
+        store.count_due([(T0 + 1, None)])
+
+
+def test_older_store_gets_its_index_built_on_open(open_store, tmp_path):
+    store = open_store(path=tmp_path / "old")
+    store.schedule([TimerRecord(T0 + 1000 * i, _message(i, (f"k{i % 2}",))) for i in range(6)],
+                   T0)
+    # remove what a store made before the key index would not have
+    batch = WriteBatch(raw_mode=True)
+    batch.delete_range(K.META_KEY_INDEX_PREFIX, K.META_KEY_INDEX_PREFIX + b"\xff", store._meta_h)
+    for prefix, _ in K.DUE_COUNTER_WIDTHS:
+        batch.delete_range(prefix, prefix + b"\xff" * 9, store._meta_h)
+    batch.delete(K.META_KEY_INDEX, store._meta_h)
+    store._db.write(batch)
+    store.close()
+    store = open_store(path=tmp_path / "old")
+    assert [e.msg_id[-1] for e in store.find("orders", "k1")] == ["1", "3", "5"]
+    assert store.count_due([(None, None), (T0 + 2000, T0 + 4000)]) == [6, 2]
+    assert store.check()["problems"] == []
+
+
+def test_check_reports_a_missing_entry_and_a_wrong_counter(open_store):
+    store = open_store()
+    store.schedule([TimerRecord(T0 + 1000, _message(1, ("k",)))], T0)
+    raw = K.encode_key(TimerKey(T0 + 1000, "orders", f"{1:032X}"))
+    batch = WriteBatch(raw_mode=True)
+    batch.delete(K.index_entry(raw, "k"), store._meta_h)
+    batch.delete(K.due_counter_keys(T0 + 1000)[0], store._meta_h)
+    store._db.write(batch)
+    problems = store.check()["problems"]
+    assert any("lack their key index entry" in p for p in problems)
+    assert any("due counters differ" in p for p in problems)
+
+
+def test_retry_with_other_keys_moves_the_entries(open_store):
+    store = open_store()
+    store.schedule([TimerRecord(T0 + 1000, _message(1, ("a",)))], T0)
+    store.schedule([TimerRecord(T0 + 1000, _message(1, ("b",)))], T0)  # same key: a retry
+    assert [len(store.find("orders", k)) for k in ("a", "b")] == [0, 1]
+    assert store.count_due([(None, None)]) == [1] and store.pending_count() == 1
+    assert store.check()["problems"] == []
