@@ -9,11 +9,14 @@ In the ``vlog`` layout every other trial forces relocation to run often: 64 KiB 
 is killed. After the last trial the store's invariant check (liveness rows = index) must pass.
 
 A child process runs a Broker (real clock, background delivery) and prints a line after each
-acknowledged step: ``ACK <topic> <msg_id> <handle>``, ``CANCELLING <msg_id>`` before a cancel and
-``CANCELLED <msg_id> <True|False>`` after it. The parent kills it at a random moment (seeded),
-restarts it on the same data dir, and after the last trial drains everything and checks:
-every acknowledged, uncancelled message is in its topic exactly once; no message cancelled with
-True appears; nothing appears twice.
+acknowledged step: ``ACK <topic> <msg_id> <handle> <key>``, ``CANCELLING <msg_id>`` before a
+cancel and ``CANCELLED <msg_id> <True|False>`` after it; most messages carry a business key, and
+the child mixes in reschedules (by handle and by key) and cancels by key (``bench.crash_keys``,
+``--no-keys`` turns them off). The parent kills it at a random moment (seeded), restarts it on
+the same data dir, and after the last trial drains everything and checks: every acknowledged,
+uncancelled message is in its topic exactly once; no message cancelled (by handle or by key)
+appears; nothing appears twice; no copy was delivered from a key older than its last
+acknowledged reschedule ("stale") or before its due time ("early").
 """
 from __future__ import annotations
 
@@ -29,6 +32,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.crash_keys import KeyedChild, KeyedLedger, pick_key
+
 TOPICS = ("orders", "payments")
 
 
@@ -43,7 +48,7 @@ def child_config(layout: str, heavy: bool):
     return config
 
 
-def child(data_dir: str, seed: int, layout: str, heavy: bool) -> None:
+def child(data_dir: str, seed: int, layout: str, heavy: bool, keyed: bool = True) -> None:
     from rocks_timer import Broker, Message
 
     rng = random.Random(seed)
@@ -52,18 +57,21 @@ def child(data_dir: str, seed: int, layout: str, heavy: bool) -> None:
     with Broker.open(data_dir, config) as broker:
         broker.start()
         print("READY", flush=True)
-        handles: list[tuple[str, str]] = []
+        keys = KeyedChild()
         while True:
-            batch = [Message(rng.choice(TOPICS), os.urandom(rng.randint(10, 400)))
+            batch = [Message(rng.choice(TOPICS), os.urandom(rng.randint(10, 400)),
+                             keys=[k] if (k := pick_key(rng)) and keyed else ())
                      for _ in range(rng.randint(1, 20))]
-            for r in broker.send_batch(batch, delay_ms=rng.randint(0, max_delay)):
-                print(f"ACK {r.topic} {r.msg_id} {r.handle}", flush=False)
-                handles.append((r.msg_id, r.handle))
+            for m, r in zip(batch, broker.send_batch(batch, delay_ms=rng.randint(0, max_delay))):
+                print(keys.acked(r.topic, r.msg_id, r.handle, m.keys[0] if m.keys else None),
+                      flush=False)
             sys.stdout.flush()
-            if handles and rng.random() < 0.3:
-                msg_id, handle = handles[rng.randrange(len(handles))]
+            if keys.ids and rng.random() < 0.3:
+                msg_id = keys.ids[rng.randrange(len(keys.ids))]
                 print(f"CANCELLING {msg_id}", flush=True)
-                print(f"CANCELLED {msg_id} {broker.cancel(handle)}", flush=True)
+                print(f"CANCELLED {msg_id} {broker.cancel(keys.handle[msg_id])}", flush=True)
+            if keyed:
+                keys.step(broker, rng, max_delay, print)
 
 
 @dataclass
@@ -72,12 +80,19 @@ class Ledger:
     cancelling: set[str] = field(default_factory=set)
     cancelled_true: set[str] = field(default_factory=set)
     cancelled_false: set[str] = field(default_factory=set)
+    keyed: KeyedLedger = field(default_factory=KeyedLedger)
 
     def read(self, text: str) -> None:
         for line in text.splitlines():
             parts = line.split()
-            if len(parts) == 4 and parts[0] == "ACK":
+            if not parts:
+                continue
+            if parts[0] == "ACK" and len(parts) in (4, 5):
                 self.acked[parts[2]] = parts[1]
+                if len(parts) == 5:
+                    self.keyed.read(parts)
+            elif self.keyed.read(parts):
+                continue
             elif len(parts) == 2 and parts[0] == "CANCELLING":
                 self.cancelling.add(parts[1])
             elif len(parts) == 3 and parts[0] == "CANCELLED":
@@ -85,10 +100,10 @@ class Ledger:
 
 
 def run_trial(data_dir: Path, seed: int, ledger: Ledger, rng: random.Random,
-              layout: str = "vlog", heavy: bool = False) -> float:
+              layout: str = "vlog", heavy: bool = False, keyed: bool = True) -> float:
     proc = subprocess.Popen([sys.executable, "-m", "bench.crash", "--child", str(data_dir),
                              "--seed", str(seed), "--layout", layout]
-                            + (["--heavy"] if heavy else []),
+                            + (["--heavy"] if heavy else []) + ([] if keyed else ["--no-keys"]),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             cwd=Path(__file__).resolve().parent.parent)
     started = time.monotonic()
@@ -100,8 +115,15 @@ def run_trial(data_dir: Path, seed: int, ledger: Ledger, rng: random.Random,
     alive_s = rng.uniform(0.05, 1.2)
     time.sleep(alive_s)
     os.kill(proc.pid, signal.SIGKILL)
-    out, _ = proc.communicate()
+    proc.wait()
+    # read through the buffered reader: ``readline`` above may already hold lines printed just
+    # after READY (``communicate`` reads the pipe's fd directly and would drop them)
+    out = proc.stdout.read()
+    proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
     ledger.read(out.decode(errors="replace").rsplit("\n", 1)[0])  # drop a torn last line
+    ledger.keyed.end_trial()
     return time.monotonic() - started
 
 
@@ -116,24 +138,39 @@ def verify(data_dir: Path, ledger: Ledger, layout: str = "vlog") -> dict:
                 break
             time.sleep(0.05)
         seen: Counter[str] = Counter()
+        copies = []
         for topic in TOPICS:
             offset = 0
             while page := broker.pull(topic, 0, offset, 1000):
                 seen.update(m.msg_id for m in page)
+                copies.extend((m.msg_id, int(m.properties["TIMER_OUT_MS"]),
+                               int(m.properties["TIMER_DELIVER_MS"]), m.store_ms)
+                              for m in page if "TIMER_OUT_MS" in m.properties)
                 offset = page[-1].queue_offset + 1
         pending = broker.stats()["pending"]
         broker.timer.wait_for_maintenance()
         problems = broker.timer.check()["problems"]
         timer_figures = broker.timer.stats().extra
-    must = {i for i in ledger.acked if i not in ledger.cancelled_true and i not in ledger.cancelling}
+    keyed = ledger.keyed
+    cancelled = ledger.cancelled_true | keyed.cancelled_by_key
+    unknown = (ledger.cancelling - ledger.cancelled_true - ledger.cancelled_false) | (
+        keyed.cancel_unknown - cancelled)
+    must = {i for i in ledger.acked if i not in cancelled and i not in unknown}
+    judged = keyed.judge(copies)
     return {
         "acknowledged": len(ledger.acked),
         "cancelled_true": len(ledger.cancelled_true),
-        "cancel_unknown": len(ledger.cancelling - ledger.cancelled_true - ledger.cancelled_false),
+        "cancelled_by_key": len(keyed.cancelled_by_key),
+        "key_cancels": keyed.key_cancels,
+        "rescheduled": keyed.rescheduled,
+        "reschedule_unknown": len(keyed.loose),
+        "cancel_unknown": len(unknown),
         "delivered": sum(seen.values()),
         "missing": sorted(i for i in must if seen[i] == 0),
         "duplicated": sorted(i for i, n in seen.items() if n > 1),
-        "cancelled_but_delivered": sorted(i for i in ledger.cancelled_true if seen[i]),
+        "cancelled_but_delivered": sorted(i for i in cancelled if seen[i]),
+        "delivered_stale": sorted(judged["stale"]),
+        "delivered_early": sorted(judged["early"]),
         "left_pending": pending,
         "check_problems": problems,
         "layout": timer_figures.get("layout"),
@@ -143,17 +180,19 @@ def verify(data_dir: Path, ledger: Ledger, layout: str = "vlog") -> dict:
     }
 
 
-def soak(data_dir: Path, trials: int, seed: int, layout: str = "vlog") -> dict:
+def soak(data_dir: Path, trials: int, seed: int, layout: str = "vlog",
+         keyed: bool = True) -> dict:
     rng = random.Random(seed)
     ledger = Ledger()
     started = time.monotonic()
     for trial in range(trials):
         heavy = layout == "vlog" and trial % 2 == 1
-        run_trial(data_dir, seed * 100_003 + trial, ledger, rng, layout, heavy)
+        run_trial(data_dir, seed * 100_003 + trial, ledger, rng, layout, heavy, keyed)
     report = verify(data_dir, ledger, layout)
     report.update(trials=trials, seed=seed, seconds=round(time.monotonic() - started, 1))
     report["ok"] = not (report["missing"] or report["duplicated"]
                         or report["cancelled_but_delivered"] or report["left_pending"]
+                        or report["delivered_stale"] or report["delivered_early"]
                         or report["check_problems"])
     return report
 
@@ -167,15 +206,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layout", choices=("vlog", "inline"), default="vlog")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--heavy", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-keys", action="store_true",
+                        help="No business keys, reschedules or cancels by key.")
     args = parser.parse_args(argv)
     if args.child:
-        child(args.child, args.seed, args.layout, args.heavy)
+        child(args.child, args.seed, args.layout, args.heavy, not args.no_keys)
         return 0
     import tempfile
     scratch = Path(__file__).resolve().parent / "results" / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="rtimer-crash-", dir=scratch))
-    report = soak(data_dir, args.trials, args.seed, args.layout)
+    report = soak(data_dir, args.trials, args.seed, args.layout, not args.no_keys)
     summary = {k: (len(v) if isinstance(v, list) else v) for k, v in report.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")

@@ -58,7 +58,7 @@ COLUMNS = ("engine", "workload", "profile", "messages", "body_size", "shard", "s
            "final_disk_bytes", "peak_timer_disk_bytes", "final_timer_disk_bytes",
            "peak_live_payload", "seconds", "send_seconds", "deliver_seconds", "send_per_s",
            "deliver_per_s", "ticks", "sim_ms", "space_amp", "rss_before_open_bytes",
-           "peak_rss_bytes", "layout", "workdir")
+           "peak_rss_bytes", "layout", "workdir", "keys")
 
 
 def read_proc_io() -> dict[str, int]:
@@ -176,8 +176,10 @@ class _Dues:
 class _Cell:
     """The running state of one cell: broker, clock, workload queues and counters."""
 
-    def __init__(self, engine: str, wl: Workload, broker: Broker, clock: ManualClock):
+    def __init__(self, engine: str, wl: Workload, broker: Broker, clock: ManualClock,
+                 keys: bool = False):
         self.engine, self.wl, self.broker, self.clock = engine, wl, broker, clock
+        self.keys = keys  # each message carries a business key (the key index's cost)
         # the operations are streamed (a gigabyte cell has millions): one pass for the due
         # times (a sorted numpy array, 8 bytes each) and topics, then a second while sending
         self.count = len(wl)
@@ -231,7 +233,8 @@ class _Cell:
             props = {DELAY: str(op.level)}
         else:
             props = {TIMER_DELIVER_MS: str(T0_MS + op.due_ms)}
-        return Message(topic=op.topic, body=body, msg_id=op.msg_id, properties=props)
+        keys = (f"order-{op.msg_id[:12]}",) if self.keys else ()
+        return Message(topic=op.topic, body=body, msg_id=op.msg_id, properties=props, keys=keys)
 
     def tick(self, now_ms: int) -> int:
         started = time.perf_counter()
@@ -323,10 +326,12 @@ def _components(stats: dict[str, Any]) -> dict[str, int]:
 def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
              profile: str = "default", shard: int = 0, shards: int = 1, seed: int = 7,
              workdir: str | Path | None = None, *, keep: bool = False,
-             after: Any = None, on_delivered: Any = None) -> dict[str, Any]:
+             after: Any = None, on_delivered: Any = None, keys: bool = False) -> dict[str, Any]:
     """Run one cell and return its row (see ``COLUMNS``). ``on_delivered(broker, row)`` runs
     once everything is delivered, before the final flush and compaction; ``after(broker, row)``
-    after them, while the broker is still open (the tuning script times empty scans there)."""
+    after them, while the broker is still open (the tuning script times empty scans there).
+    ``keys``: every message carries a unique business key (KEYS), so the row shows what the
+    key index costs (payload includes the KEYS property)."""
     profile = profile if engine == "rocksdb" else "-"
     config = cell_config(engine, workload, profile if engine == "rocksdb" else "default")
     base = Path(workdir) if workdir else DEFAULT_WORKDIR
@@ -342,7 +347,7 @@ def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
     broker = Broker.open(root, config, clock=clock)
     row: dict[str, Any] = {}
     try:
-        cell = _Cell(engine, wl, broker, clock)
+        cell = _Cell(engine, wl, broker, clock, keys)
         row["rss_before_open_bytes"] = peak_rss_bytes()  # the workload's own lists included
         complete = _drive(cell, workload, config.timer_precision_ms)
         cell.sample_disk()
@@ -358,7 +363,7 @@ def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
                                           "cl_other", "consumequeue")) + timer_outside)
         tb = stats["timer"].get("bytes_written", {})
         delivered = cell.delivered()
-        row.update(engine=engine, workload=workload, profile=profile, messages=cell.count,
+        row.update(keys=keys, engine=engine, workload=workload, profile=profile, messages=cell.count,
                    body_size=body_size, shard=shard, shards=shards, seed=seed, sent=cell.sent,
                    cancelled=cell.cancelled, delivered=delivered,
                    complete=bool(complete and delivered == cell.sent - cell.cancelled),

@@ -137,3 +137,15 @@ def test_bench_reopen_smoke(tmp_path, capsys):
     report = json.loads((tmp_path / "reopen.json").read_text())
     assert report["messages"] == 2000 and len(report["open_s"]) == 1
     assert "open over 2000 messages" in capsys.readouterr().out
+
+
+def test_bench_keys_smoke(tmp_path, capsys):
+    from bench import keys as bench_keys
+    assert bench_keys.main(["--messages", "200", "--wa-messages", "200", "--runs", "1",
+                            "--workloads", "cancel", "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "keys.json").read_text())
+    assert report["send"]["vlog_schedule_batch100"]["keyed_msgs_per_s"] > 0
+    assert {(r["layout"], r["keys"]) for r in report["wa"]} == {
+        ("inline", False), ("inline", True), ("vlog", False), ("vlog", True)}
+    assert all(r["complete"] for r in report["wa"])
+    assert "keyed / no keys" in capsys.readouterr().out

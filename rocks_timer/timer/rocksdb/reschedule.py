@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Sequence
 from rocksdict import WriteBatch
 
 from rocks_timer.message import TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS
+from rocks_timer.errors import InvalidHandleError, InvalidMessageError
 from rocks_timer.timer import keys as K
-from rocks_timer.timer.handles import encode_handle
+from rocks_timer.timer.handles import decode_handle, encode_handle
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.keyindex import IndexChanges
-from rocks_timer.timer.store import KeyCancel, Rescheduled
+from rocks_timer.timer.store import KeyCancel, Rescheduled, ScanPage, TimerKey
 from rocks_timer.timer.values import encode_value
 
 if TYPE_CHECKING:
@@ -152,3 +153,36 @@ def _reschedule_locked(store: "RocksTimerStore", targets: Sequence[tuple[str, by
     store._pending = pending
     store._deletes_since_reclaim += len(moved)
     return results
+
+
+class KeyedRocksOps:
+    """The ``TimerStore`` operations by business key, reschedule and due counts of
+    ``RocksTimerStore`` (mixed in; they use its lock, families and counters)."""
+
+    def find(self, topic: str, key: str, *, limit: int = 100,
+             after: str | None = None) -> ScanPage:
+        return keyindex.find(self, topic, key, limit, after)
+
+    def cancel_by_key(self, topic: str, key: str, now_ms: int) -> KeyCancel:
+        return cancel_by_key(self, topic, key)
+
+    def reschedule(self, handles: Sequence[str], due_ms: int, now_ms: int) -> list[Rescheduled]:
+        targets = []
+        for handle in handles:
+            parsed = decode_handle(handle)
+            try:
+                targets.append((handle, K.encode_key(TimerKey(parsed.due_ms, parsed.topic,
+                                                               parsed.msg_id))))
+            except InvalidMessageError as exc:
+                raise InvalidHandleError(f"handle {handle!r} names no possible key: {exc}"
+                                         ) from None
+        return reschedule(self, targets, due_ms, now_ms)
+
+    def reschedule_by_key(self, topic: str, key: str, due_ms: int, now_ms: int
+                          ) -> list[Rescheduled]:
+        return reschedule_by_key(self, topic, key, due_ms, now_ms)
+
+    def count_due(self, ranges: Sequence[tuple[int | None, int | None]]) -> list[int]:
+        with self._lock:
+            self._check_open()
+            return self._due.count_many(ranges)

@@ -44,7 +44,7 @@ from rocks_timer.errors import (ConfigError, CorruptRecordError, InvalidHandleEr
                                 InvalidMessageError, StoreClosedError, StoreLockedError)
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import claim, keyindex, layout
-from rocks_timer.timer.rocksdb import reschedule as rocks_reschedule
+from rocks_timer.timer.rocksdb.reschedule import KeyedRocksOps
 from rocks_timer.timer.rocksdb import maint as rocks_maint, meta as rocks_meta
 from rocks_timer.timer.rocksdb import reclaim
 from rocks_timer.timer.rocksdb.vlog import ValueLog
@@ -55,8 +55,8 @@ from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, res
                                             scan_start)
 from rocks_timer.timer.rocksdb.duecount import DueCounters
 from rocks_timer.timer.rocksdb.keyindex import IndexChanges
-from rocks_timer.timer.store import (DueRecord, KeyCancel, Rescheduled, ScanPage, Scheduled,
-                                     StoreStats, TimerKey, TimerRecord)
+from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats, TimerKey,
+                                     TimerRecord)
 from rocks_timer.timer.schedule_codec import encode_schedule
 
 log = logging.getLogger(__name__)
@@ -93,9 +93,10 @@ def refuse_damaged(path: Path) -> None:
             f"to start empty over them; restore the index files from a copy", where=str(path))
 
 
-class RocksTimerStore:
+class RocksTimerStore(KeyedRocksOps):
     """Owns one RocksDB directory holding pending timer messages, the delivery cursor, the
-    reconcile checkpoint and the quarantine of corrupt values."""
+    reconcile checkpoint and the quarantine of corrupt values (find / cancel / reschedule by
+    key and the due counts come from ``KeyedRocksOps``)."""
 
     name = "rocksdb"
     exactly_once = True
@@ -416,35 +417,6 @@ class RocksTimerStore:
                 self._in_flight.pop(raw, None)
             self._deletes_since_reclaim += len(present)
             return len(present)
-
-    # -- by business key, reschedule, due counts (keyindex, reschedule, duecount) ------------
-    def find(self, topic: str, key: str, *, limit: int = 100,
-             after: str | None = None) -> ScanPage:
-        return keyindex.find(self, topic, key, limit, after)
-
-    def cancel_by_key(self, topic: str, key: str, now_ms: int) -> KeyCancel:
-        return rocks_reschedule.cancel_by_key(self, topic, key)
-
-    def reschedule(self, handles: Sequence[str], due_ms: int, now_ms: int) -> list[Rescheduled]:
-        targets = []
-        for handle in handles:
-            parsed = decode_handle(handle)
-            try:
-                targets.append((handle, K.encode_key(TimerKey(parsed.due_ms, parsed.topic,
-                                                               parsed.msg_id))))
-            except InvalidMessageError as exc:
-                raise InvalidHandleError(f"handle {handle!r} names no possible key: {exc}"
-                                         ) from None
-        return rocks_reschedule.reschedule(self, targets, due_ms, now_ms)
-
-    def reschedule_by_key(self, topic: str, key: str, due_ms: int, now_ms: int
-                          ) -> list[Rescheduled]:
-        return rocks_reschedule.reschedule_by_key(self, topic, key, due_ms, now_ms)
-
-    def count_due(self, ranges: Sequence[tuple[int | None, int | None]]) -> list[int]:
-        with self._lock:
-            self._check_open()
-            return self._due.count_many(ranges)
 
     def next_due_ms(self) -> int | None:
         """Due time of the first pending key not in flight (a seek from the cursor)."""
