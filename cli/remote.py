@@ -56,12 +56,14 @@ class _Connection:
     """One client of the server: its socket, what it has sent but not yet framed, and when it
     last did anything (the least recently active idle one makes room at the cap)."""
 
-    __slots__ = ("sock", "buffer", "pos", "last_active", "busy", "evicted", "bad_lines")
+    __slots__ = ("sock", "buffer", "pos", "accounted", "last_active", "busy", "evicted",
+                 "bad_lines")
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.buffer = bytearray()  # bytes received; those before ``pos`` are answered
         self.pos = 0
+        self.accounted = 0  # of the server's buffered-bytes total, this client's share
         self.bad_lines = 0  # undecodable requests in a row
         self.last_active = time.monotonic()
         self.busy = False
@@ -150,8 +152,7 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
             victim.sock.shutdown(socket.SHUT_RDWR)  # wakes its thread, which then cleans up
         except OSError:
             pass
-        del self._conns[victim.sock]
-        self._buffered -= len(victim.buffer)
+        del self._conns[victim.sock]  # its thread releases its bytes (``_forget``)
         return True
 
     def serve_connection(self, sock: socket.socket) -> None:
@@ -164,10 +165,11 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
             while (line := self._read_line(conn)) is not None:
                 conn.busy = True
                 reply = self.answer(line)
+                bad = reply.pop("bad_request", False)
                 conn.last_active = time.monotonic()  # before the client can see the answer
                 sock.sendall(json.dumps(reply, default=str).encode() + b"\n")
                 conn.busy = False
-                conn.bad_lines = conn.bad_lines + 1 if reply.get("bad_request") else 0
+                conn.bad_lines = conn.bad_lines + 1 if bad else 0
                 if conn.bad_lines >= MAX_BAD_LINES:
                     raise _Refused(f"{MAX_BAD_LINES} requests in a row were not JSON objects")
         except _Refused as exc:
@@ -198,7 +200,7 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
                 raise _Refused(f"request over {MAX_LINE} bytes")
             if conn.pos:  # drop what was answered, once per receive
                 del conn.buffer[:conn.pos]
-                self._account(-conn.pos)
+                self._account(conn, -conn.pos)
                 conn.pos = 0
             chunk = conn.sock.recv(RECV_BYTES)
             if not chunk:
@@ -208,23 +210,25 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
                                 "(%d bytes unanswered)", len(conn.buffer))
                 return None
             conn.last_active = time.monotonic()
-            if not self._account(len(chunk)):
+            if not self._account(conn, len(chunk)):
                 raise _Refused(f"the broker holds {self.max_buffered_bytes} bytes of unanswered "
                                "requests (its limit); try again")
             conn.buffer += chunk
 
-    def _account(self, delta: int) -> bool:
+    def _account(self, conn: _Connection, delta: int) -> bool:
         with self._conn_lock:
             if delta > 0 and self._buffered + delta > self.max_buffered_bytes:
                 return False
             self._buffered += delta
+            conn.accounted += delta
             return True
 
     def _forget(self, conn: _Connection) -> None:
         with self._conn_lock:
             if self._conns.get(conn.sock) is conn:
                 del self._conns[conn.sock]
-                self._buffered -= len(conn.buffer)
+            self._buffered -= conn.accounted
+            conn.accounted = 0
         conn.buffer.clear()
 
     def handle_error(self, request: Any, client_address: Any) -> None:

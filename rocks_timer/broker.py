@@ -25,8 +25,8 @@ from rocks_timer.errors import (ConfigError, CorruptRecordError, EngineNotAvaila
                                 StoreClosedError, StoreLockedError)
 from rocks_timer.message import Message
 from rocks_timer.message_store import MessageStore
-from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, private_dir,
-                                 release_owner_only_umask, tighten)
+from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, is_data_dir_or_new,
+                                 private_dir, release_owner_only_umask, tighten)
 from rocks_timer.routing import route
 from rocks_timer.timer.deliverer import Deliverer
 from rocks_timer.timer.store import ScanPage, TimerRecord, TimerStore
@@ -85,9 +85,13 @@ class Broker(KeyedOperations):
         hold_owner_only_umask()  # RocksDB's own files get 0600 too (rocks_timer.private)
         self._lock_fd: int | None = None
         try:
+            whole = is_data_dir_or_new(self.path)
             private_dir(self.path)
             self._lock_fd = self._lock_data_dir()
-            tighten(self.path)  # a data dir made by an older version becomes owner-only
+            tighten(self.path, whole)  # what an older version made becomes owner-only
+            if not whole:
+                log.info("data dir %s holds files rtimer did not make: their permissions "
+                         "and the directory's are left alone", self.path)
         except BaseException:
             self._release()
             raise

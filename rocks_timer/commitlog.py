@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Iterator
 
 from rocks_timer.errors import ConfigError, CorruptRecordError
-from rocks_timer.private import FILE_MODE
 from rocks_timer.fileio import pwrite_all
+from rocks_timer.private import FILE_MODE
 from rocks_timer.record import (BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK_LEN, PREFIX,
                                 encode_blank)
 

@@ -9,7 +9,8 @@ C++ files: SSTs, WAL, MANIFEST, LOG; ``open(path, "w")`` in the small state file
   (:func:`hold_owner_only_umask`, counted, so nested brokers work; the previous umask is put
   back when the last one closes), which covers every file RocksDB or a library creates;
 - opening a data dir tightens what an older version (or another tool) left more open
-  (:func:`tighten`), so an upgraded data dir ends up owner-only too.
+  (:func:`tighten`, which touches only the entries rtimer keeps there), so an upgraded data dir
+  ends up owner-only too; a directory that also holds other files keeps its own mode.
 """
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ log = logging.getLogger(__name__)
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 OWNER_ONLY_UMASK = 0o077
+# what a broker keeps at the top of its data dir (the timer engines', the CommitLog's, the
+# ConsumeQueues', the state files', the lock and the socket of ``rtimer run``)
+DATA_DIR_ENTRIES = frozenset({"broker.lock", "rtimer.sock", "config", "commitlog",
+                              "consumequeue", "timer-rocksdb", "wheel"})
 
 _umask_lock = threading.Lock()
 _umask_holders = 0
@@ -70,9 +75,22 @@ def release_owner_only_umask() -> None:
             _saved_umask = None
 
 
-def tighten(root: Path | str) -> int:
-    """chmod ``root`` and everything under it to owner-only (directories 0700, other entries
-    0600; symlinks are not followed). Returns how many entries changed."""
+def is_data_dir_or_new(path: Path | str) -> bool:
+    """True for a directory that is missing, empty, or holds only what rtimer puts in a data dir
+    (:data:`DATA_DIR_ENTRIES`): the directory itself may then be made 0700. A directory that
+    also holds a user's own files (``--data-dir ~`` by mistake) keeps its mode."""
+    path = Path(path)
+    if not path.is_dir():
+        return True
+    with os.scandir(path) as entries:
+        return all(entry.name in DATA_DIR_ENTRIES for entry in entries)
+
+
+def tighten(root: Path | str, whole_dir: bool = True) -> int:
+    """chmod what rtimer keeps in the data dir ``root`` (its :data:`DATA_DIR_ENTRIES`, and
+    everything under them) to owner-only: directories 0700, other entries 0600; symlinks are not
+    followed, other entries of ``root`` are never touched. ``whole_dir``: ``root`` itself too.
+    Returns how many entries changed."""
     changed = 0
     root = Path(root)
 
@@ -81,23 +99,25 @@ def tighten(root: Path | str) -> int:
         try:
             st = os.lstat(path)
         except FileNotFoundError:
-            return  # removed meanwhile
+            return  # removed meanwhile, or not made by this engine
         if stat.S_ISLNK(st.st_mode) or stat.S_IMODE(st.st_mode) == want:
             return
         os.chmod(path, want)
         changed += 1
 
-    fix(str(root), DIR_MODE)
-    for directory, dirnames, filenames in os.walk(root):
-        for name in dirnames:
-            fix(os.path.join(directory, name), DIR_MODE)
-        for name in filenames:
-            fix(os.path.join(directory, name), FILE_MODE)
+    if whole_dir:
+        fix(str(root), DIR_MODE)
+    for name in sorted(DATA_DIR_ENTRIES):
+        top = os.path.join(root, name)
+        if not os.path.isdir(top) or os.path.islink(top):
+            fix(top, FILE_MODE)
+            continue
+        fix(top, DIR_MODE)
+        for directory, dirnames, filenames in os.walk(top):
+            for entry in dirnames:
+                fix(os.path.join(directory, entry), DIR_MODE)
+            for entry in filenames:
+                fix(os.path.join(directory, entry), FILE_MODE)
     if changed:
         log.info("data dir %s: made %d entries owner-only (0700/0600)", root, changed)
     return changed
-
-
-def open_private(path: Path | str, flags: int) -> int:
-    """``os.open`` with :data:`FILE_MODE` for a file it creates."""
-    return os.open(path, flags, FILE_MODE)

@@ -21,7 +21,9 @@ coefficient fitted from the measured cells (ratios of sums, so no component can 
 - ``vlog`` (the RocksDB engine's vlog layout, cells with profile ``vlog``): value segments =
   a_body x payload (written once); the index costs bytes per *message*, not per payload byte:
   WAL = a_iwal (pointer put + delete), flush = a_iflush x P(delay > L), compaction = a_icomp x
-  P(delay > L) x log10(index bytes / 4 write buffers); relocation = a_reloc x payload x R(θ).
+  P(delay > L) x log10(index bytes / 4 write buffers), fitted on cells of one index
+  compaction (``vlog_index_compaction``: universal since issue 12's scale work, so the cells
+  must be measured with it); relocation = a_reloc x payload x R(θ).
   Arrival segments hold one delay class each (a factor of 1.5 wide), so a segment is relocated
   only when cancels left it below θ at its sealing (later it is past the middle of its life,
   which the engine never relocates): R(θ) = sum over classes of share x (1 - cancelled) where

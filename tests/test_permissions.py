@@ -95,3 +95,30 @@ def test_cli_data_dir_is_owner_only(tmp_path, open_umask):
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert_owner_only(data)
+
+
+def test_a_directory_of_other_files_is_not_walked(tmp_path, open_umask):
+    """``--data-dir ~`` by mistake must not chmod the user's own files nor the directory: only
+    what rtimer keeps there is made owner-only."""
+    data = tmp_path / "home"
+    data.mkdir(mode=0o755)
+    os.chmod(data, 0o755)
+    (data / "notes.txt").write_text("mine")
+    script = data / "run.sh"
+    script.write_text("#!/bin/sh\n")
+    os.chmod(script, 0o755)
+    with Broker.open(data, BrokerConfig()) as broker:
+        broker.send(Message(topic="t", body=b"b"), delay_ms=60_000)
+    assert stat.S_IMODE(os.stat(data / "notes.txt").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(script).st_mode) == 0o755
+    assert stat.S_IMODE(os.stat(data).st_mode) == 0o755
+    for name in ("broker.lock", "commitlog", "timer-rocksdb", "config"):
+        found = modes(data / name) if (data / name).is_dir() else {
+            ".": stat.S_IMODE(os.stat(data / name).st_mode)}
+        wrong = {k: oct(v) for k, v in found.items()
+                 if v != (0o700 if (data / name / k).is_dir() else 0o600)}
+        assert not wrong, (name, wrong)
+    with Broker.open(data, BrokerConfig()):  # opened again: still the user's files
+        pass
+    assert stat.S_IMODE(os.stat(data / "notes.txt").st_mode) == 0o644
+    assert stat.S_IMODE(os.stat(script).st_mode) == 0o755

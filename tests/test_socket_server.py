@@ -122,6 +122,7 @@ def test_cap_makes_room_by_closing_the_longest_idle_client(broker, tmp_path):
         first.close()
         second.close()
         assert server.counters["evicted"] == 1
+        wait_until(lambda: not server._conns and server._buffered == 0)
 
 
 def test_cap_refuses_a_client_when_every_slot_is_busy(broker, tmp_path):
@@ -168,6 +169,7 @@ def test_buffered_request_bytes_are_bounded(broker, tmp_path):
             hog.close()
             fine.close()
         assert server.counters["over_limit"] == 1
+        wait_until(lambda: not server._conns and server._buffered == 0)  # every byte released
 
 
 def test_junk_lines_close_the_connection_after_a_few(broker, tmp_path):
@@ -176,7 +178,7 @@ def test_junk_lines_close_the_connection_after_a_few(broker, tmp_path):
         lines = read_until_closed(sock).splitlines()
         replies = [json.loads(line) for line in lines]
         assert len(replies) == MAX_BAD_LINES + 1
-        assert all(r["ok"] is False for r in replies)
+        assert all(r["ok"] is False and set(r) == {"ok", "error"} for r in replies)
         assert "not JSON objects" in replies[-1]["error"]["message"]
 
 
