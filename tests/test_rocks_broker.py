@@ -53,7 +53,7 @@ def test_cancel_racing_delivery_is_definite(tmp_path):
         results = broker.send_batch([Message("race", str(i).encode()) for i in range(3000)],
                                     delay_ms=300)
         results += broker.send_batch([Message("race", b"late") for _ in range(1000)],
-                                     delay_ms=400)
+                                     delay_ms=1_500)  # still pending when the cancels start
         broker.start()
         answers: dict[str, bool] = {}
 
@@ -66,7 +66,8 @@ def test_cancel_racing_delivery_is_definite(tmp_path):
                 if broker.cancel(r.handle):
                     answers[r.msg_id] = True
 
-        time.sleep(0.25)
+        # cancel while deliveries are landing (a fixed sleep lost the race on a loaded machine)
+        assert wait_until(lambda: broker.max_offset("race") > 0)
         threads = [threading.Thread(target=canceller, args=(i,)) for i in range(3)]
         for t in threads:
             t.start()
