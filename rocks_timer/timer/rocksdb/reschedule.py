@@ -46,20 +46,7 @@ def cancel_by_key(store: "RocksTimerStore", topic: str, key: str) -> KeyCancel:
                    if raw not in store._in_flight]
         for start in range(0, len(targets), CHUNK):
             chunk = targets[start:start + CHUNK]
-            batch = WriteBatch(raw_mode=True)
-            changes = IndexChanges()
-            for raw, value in chunk:
-                batch.delete(raw, store._timer_h)
-                changes.removed(raw, keyindex.stored_keys(store, raw, value))
-            pending = store._pending - len(chunk)
-            batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), store._meta_h)
-            new_live = store._stage_removed([value for _, value in chunk], batch)
-            new_counts = keyindex.stage(store, changes, batch)
-            store._write(batch)
-            store._commit_removed(new_live)
-            keyindex.commit(store, changes, new_counts)
-            store._pending = pending
-            store._deletes_since_reclaim += len(chunk)
+            store._remove_stored(chunk)
             handles.extend(_handle(raw) for raw, _ in chunk)
     return KeyCancel(handles)
 

@@ -346,19 +346,30 @@ class RocksTimerStore(KeyedRocksOps):
             value = None if raw in self._in_flight else self._timer.get(raw)
             if value is None:
                 return False
-            batch = WriteBatch(raw_mode=True)
-            batch.delete(raw, self._timer_h)
-            batch.put(K.META_PENDING, rocks_meta.pack_u64(self._pending - 1), self._meta_h)
-            changes = IndexChanges()
-            changes.removed(raw, keyindex.stored_keys(self, raw, value))
-            new = self._stage_removed([value], batch)
-            new_counts = keyindex.stage(self, changes, batch)
-            self._write(batch)
-            self._commit_removed(new)
-            keyindex.commit(self, changes, new_counts)
-            self._pending -= 1
-            self._deletes_since_reclaim += 1
+            self._remove_stored([(raw, value)])
             return True
+
+    def _remove_stored(self, found: list[tuple[bytes, bytes]],
+                       meta: Iterable[tuple[bytes, bytes]] = ()) -> None:
+        """Delete stored keys (key, its index value) in one batch with everything that counts
+        them: the pending count, value-segment liveness, the key index and the due counters,
+        and ``meta`` rows the caller adds. The caller holds the lock."""
+        batch = WriteBatch(raw_mode=True)
+        changes = IndexChanges()
+        for raw, value in found:
+            batch.delete(raw, self._timer_h)
+            changes.removed(raw, keyindex.stored_keys(self, raw, value))
+        pending = self._pending - len(found)
+        batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
+        for name, row in meta:
+            batch.put(name, row, self._meta_h)
+        new = self._stage_removed([value for _, value in found], batch)
+        new_counts = keyindex.stage(self, changes, batch)
+        self._write(batch)
+        self._commit_removed(new)
+        keyindex.commit(self, changes, new_counts)
+        self._pending = pending
+        self._deletes_since_reclaim += len(found)
 
     def scan(self, *, from_ms: int | None = None, to_ms: int | None = None,
              topic: str | None = None, limit: int = 100, after: str | None = None) -> ScanPage:
@@ -397,26 +408,12 @@ class RocksTimerStore(KeyedRocksOps):
             self._check_open()
             found = [(raw, old) for raw, old in zip(raws, self._timer.get(raws) if raws else [])
                      if old is not None]
-            present = [raw for raw, _ in found]
-            batch = WriteBatch(raw_mode=True)
-            changes = IndexChanges()
-            for raw, old in found:
-                batch.delete(raw, self._timer_h)
-                changes.removed(raw, keyindex.stored_keys(self, raw, old))
-            pending = self._pending - len(present)
-            batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
-            batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(commitlog_end), self._meta_h)
-            new = self._stage_removed([old for _, old in found], batch)
-            new_counts = keyindex.stage(self, changes, batch)
-            self._write(batch)
-            self._commit_removed(new)
-            keyindex.commit(self, changes, new_counts)
-            self._pending = pending
+            self._remove_stored(found, [(K.META_RECONCILE_OFFSET,
+                                         rocks_meta.pack_u64(commitlog_end))])
             self._reconcile_offset = commitlog_end
             for raw in raws:
                 self._in_flight.pop(raw, None)
-            self._deletes_since_reclaim += len(present)
-            return len(present)
+            return len(found)
 
     def next_due_ms(self) -> int | None:
         """Due time of the first pending key not in flight (a seek from the cursor)."""
