@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from rocks_timer.errors import CorruptRecordError
+from rocks_timer.fileio import fsync_dir
 
 OFFSET_FILE_NAME = "delayOffset.json"
 BACKUP_SUFFIX = ".bak"
@@ -173,7 +174,7 @@ class DelayOffsetFile:
         if self.path.exists():
             os.replace(self.path, self.bak_path)
         os.replace(tmp, self.path)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
 
     def load(self) -> LoadResult:
         """Current file, else ``.bak``, else an empty table; a bad file is set aside as .corrupt."""
@@ -209,11 +210,3 @@ class DelayOffsetFile:
             os.replace(path, path.with_name(path.name + CORRUPT_SUFFIX))
         except OSError:
             pass
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

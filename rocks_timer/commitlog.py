@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rocks_timer.errors import ConfigError, CorruptRecordError
-from rocks_timer.fileio import pwrite_all
+from rocks_timer.fileio import fsync_dir, pwrite_all
 from rocks_timer.private import FILE_MODE
 from rocks_timer.record import (BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK_LEN, PREFIX,
                                 encode_blank)
@@ -250,7 +250,7 @@ class CommitLog:
     def _new_segment(self, start: int) -> None:
         path = self.directory / f"{start:020d}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
-        _fsync_dir(self.directory)  # the new name survives a power cut with its first fsync
+        fsync_dir(self.directory)  # the new name survives a power cut with its first fsync
         with self._lock:
             self._segments.append(Segment(start, path, fd))
             self._starts.append(start)
@@ -368,14 +368,6 @@ class CommitLog:
                 os.close(segment.fd)
             self._segments.clear()
             self._starts.clear()
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _RECORD, _BLANK, _DAMAGE = object(), object(), object()

@@ -45,8 +45,13 @@ def replace_durably(path, data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    dir_fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def fsync_dir(directory) -> None:
+    """fsync a directory, so names created or replaced in it survive a power cut."""
+    fd = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)

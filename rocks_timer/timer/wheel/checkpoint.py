@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rocks_timer.errors import ConfigError, CorruptRecordError
+from rocks_timer.fileio import fsync_dir
 from rocks_timer.private import FILE_MODE
 from rocks_timer.timer.wheel.layouts import Checkpoint
 
@@ -26,11 +27,7 @@ def write_atomically(path: Path, data: bytes) -> int:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(path.parent)
     return len(data)
 
 
