@@ -21,8 +21,8 @@ from rocks_timer.check import CheckReport, check_broker
 from rocks_timer.clock import Clock, ManualClock, SystemClock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.consumer_offsets import ConsumerOffsets
-from rocks_timer.errors import (ConfigError, CorruptRecordError, EngineNotAvailableError,
-                                StoreClosedError, StoreLockedError)
+from rocks_timer.errors import (CorruptRecordError, EngineNotAvailableError, StoreClosedError,
+                                StoreLockedError)
 from rocks_timer.message import Message
 from rocks_timer.message_store import MessageStore
 from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, is_data_dir_or_new,

@@ -25,7 +25,7 @@ def claim_batch_py(keys: list[bytes], values: list[bytes], fds: dict[int, int] |
                    max_bytes: int, now_ms: int) -> tuple[int, list, list, list, list]:
     """(cut, sizes, bodies, copies, codes) for the entries before ``cut`` (see the module
     docstring of ``claim.c`` for each part)."""
-    sizes, bodies, codes, pointers = [], [], [], []
+    sizes, bodies, codes = [], [], []
     used = 0
     for i, (key, value) in enumerate(zip(keys, values)):
         pointer = code = None
