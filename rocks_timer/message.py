@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from rocks_timer.errors import InvalidMessageError
 
@@ -101,12 +101,18 @@ class MessageIdGenerator:
         prefix = random.SystemRandom().getrandbits(32).to_bytes(4, "big")
         salt = random.SystemRandom().getrandbits(32).to_bytes(4, "big")
         self._prefix = prefix + (os.getpid() & 0xFFFF).to_bytes(2, "big") + salt
+        self._prefix_hex = self._prefix.hex().upper()
         self._lock = threading.Lock()
         self._counter = 0
         self._last_ms = -1
         self._month_start = self._month_end = 0.0
 
     def next_id(self) -> str:
+        return self.next_ids(1)[0]
+
+    def next_ids(self, count: int) -> list[str]:
+        """``count`` new ids under one lock: the same ids ``count`` calls of ``next_id`` could
+        give (one clock reading for all; the counter moves to the next ms when it wraps)."""
         with self._lock:
             now = time.time()
             if not self._month_start <= now < self._month_end:
@@ -115,12 +121,16 @@ class MessageIdGenerator:
                 year, month = (lt.tm_year, lt.tm_mon + 1) if lt.tm_mon < 12 else (lt.tm_year + 1, 1)
                 self._month_end = calendar.timegm((year, month, 1, 0, 0, 0))
             ms = max(int((now - self._month_start) * 1000) & 0xFFFFFFFF, self._last_ms)
-            self._counter = (self._counter + 1) & 0xFFFF
-            if self._counter == 0:  # wrapped within one ms: move to the next ms
-                ms = (ms + 1) & 0xFFFFFFFF
-            self._last_ms = ms
-            tail = ms.to_bytes(4, "big") + self._counter.to_bytes(2, "big")
-        return (self._prefix + tail).hex().upper()
+            counter, out = self._counter, []
+            head = f"{self._prefix_hex}{ms:08X}"
+            for _ in range(count):
+                counter = (counter + 1) & 0xFFFF
+                if counter == 0:  # wrapped within one ms: move to the next ms
+                    ms = (ms + 1) & 0xFFFFFFFF
+                    head = f"{self._prefix_hex}{ms:08X}"
+                out.append(head + format(counter, "04X"))
+            self._counter, self._last_ms = counter, ms
+        return out
 
 
 _ids = MessageIdGenerator()
@@ -128,6 +138,12 @@ _ids = MessageIdGenerator()
 
 def new_msg_id() -> str:
     return _ids.next_id()
+
+
+def msg_id_supplier(count: int) -> Callable[[], str]:
+    """A ``new_msg_id`` for a batch: ``count`` ids made at once, then one at a time."""
+    made = iter(_ids.next_ids(count))
+    return lambda: next(made, None) or _ids.next_id()
 
 
 def msg_id_bytes(msg_id: str) -> bytes:

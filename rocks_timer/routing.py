@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Literal, NamedTuple
+from typing import Any, Callable, Literal, NamedTuple, Sequence
 
 from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import DelayOutOfRangeError, InvalidMessageError
@@ -106,25 +106,46 @@ def scheduling_properties(delay_level: int | None = None, delay_ms: int | None =
 
 def route(msg: Message, *, now_ms: int, config: BrokerConfig, delay_level: int | None = None,
           delay_ms: int | None = None, deliver_at_ms: int | None = None,
-          deliver_at: dt.datetime | None = None) -> Route:
+          deliver_at: dt.datetime | None = None,
+          new_id: Callable[[], str] | None = None) -> Route:
     """Validate ``msg`` and decide where it goes. Raises from the error tree; stores nothing.
 
     The common sends (a plain message, at once or with ``delay_ms``/``deliver_at_ms``) take
     :func:`_route_common`; anything it does not vouch for, errors included, goes through
-    :func:`route_reference`, so both give the same routes and the same errors."""
+    :func:`route_reference`, so both give the same routes and the same errors. ``new_id``
+    gives the id of a message that has none (a batch passes ids made in bulk)."""
     if delay_level is None and deliver_at is None and (delay_ms is None or deliver_at_ms is None):
+        new_id = new_id or new_msg_id
         if _native_route is not None:
             routed = _native_route(msg, now_ms, delay_ms, deliver_at_ms, config.max_message_size,
                                    config.max_delay_ms, MAX_PROPERTIES_SIZE, _valid_topics,
-                                   _FORBIDDEN, Message,
-                                   new_msg_id)
+                                   _FORBIDDEN, Message, new_id)
             if routed is not None:
                 return _new_route(Route, routed + (0,))
-        fast = _route_common(msg, now_ms, config, delay_ms, deliver_at_ms)
+        fast = _route_common(msg, now_ms, config, delay_ms, deliver_at_ms, new_id)
         if fast is not None:
             return fast
     return route_reference(msg, now_ms=now_ms, config=config, delay_level=delay_level,
                            delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, deliver_at=deliver_at)
+
+
+def route_batch(messages: Sequence[Message], *, now_ms: int, config: BrokerConfig,
+                new_id: Callable[[], str] | None = None, **schedule: Any) -> list[Route]:
+    """:func:`route` for every message of a batch (the same routes, the same errors), with
+    what stays the same from one message to the next looked up once."""
+    delay_ms, deliver_at_ms = schedule.get("delay_ms"), schedule.get("deliver_at_ms")
+    if (_native_route is None or not set(schedule) <= {"delay_ms", "deliver_at_ms"}
+            or (delay_ms is not None and deliver_at_ms is not None)):
+        return [route(m, now_ms=now_ms, config=config, new_id=new_id, **schedule)
+                for m in messages]
+    fixed = (config.max_message_size, config.max_delay_ms, MAX_PROPERTIES_SIZE, _valid_topics,
+             _FORBIDDEN, Message, new_id or new_msg_id)
+    native, new_route, routes = _native_route, _new_route, []
+    for msg in messages:
+        routed = native(msg, now_ms, delay_ms, deliver_at_ms, *fixed)
+        routes.append(new_route(Route, routed + (0,)) if routed is not None else
+                      route(msg, now_ms=now_ms, config=config, new_id=new_id, **schedule))
+    return routes
 
 
 try:  # the same in C (rocks_timer/_native/routing.c), when it was built
@@ -140,7 +161,8 @@ _FORBIDDEN = _SCHEDULE_NAMES | BROKER_OWNED_PROPERTIES  # names the common send 
 
 
 def _route_common(msg: Message, now_ms: int, config: BrokerConfig, delay_ms: int | None,
-                  deliver_at_ms: int | None) -> Route | None:
+                  deliver_at_ms: int | None, new_id: Callable[[], str] = new_msg_id
+                  ) -> Route | None:
     """``route_reference`` for a message without schedule properties, scheduled by at most one
     integer keyword, when every check passes; None to let the reference decide (and raise).
 
@@ -192,7 +214,7 @@ def _route_common(msg: Message, now_ms: int, config: BrokerConfig, delay_ms: int
         new_props[name] = value
         appended = f"{name}\x01{value}\x02".encode()
     if msg_id is None:
-        msg_id = new_props[UNIQ_KEY] = new_msg_id()
+        msg_id = new_props[UNIQ_KEY] = new_id()
         appended += f"{UNIQ_KEY}\x01{msg_id}\x02".encode()
     born_ms = now_ms if msg.born_ms is None else msg.born_ms
     if due_ms <= now_ms:

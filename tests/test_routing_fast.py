@@ -130,3 +130,51 @@ def test_the_native_router_answers_the_common_send():
                                    routing._valid_topics, routing._FORBIDDEN, Message,
                                    routing.new_msg_id)
     assert routed is not None and routed[0] == "timer" and routed[2] == NOW + 5000
+
+
+def batch_outcome(msgs, schedule):
+    """``route_batch`` over ``msgs``: each message's outcome, or the batch's error."""
+    routing._valid_topics.clear()
+    try:
+        routes = routing.route_batch(msgs, now_ms=NOW, config=CONFIG, **schedule)
+    except (RocksTimerError, TypeError) as exc:
+        return ("error", type(exc), str(exc))
+    return [(r.kind, r.due_ms, r.level, r.message, r.message.encoded_properties,
+             encode_properties_py(r.message.properties), r.message.msg_id, r.message.tags,
+             r.message.keys, r.message.born_ms) for r in routes]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(messages(), min_size=1, max_size=5), schedules)
+def test_route_batch_equals_route_per_message(msgs, schedule):
+    """The same routes as ``route`` message by message, and the first bad message's error."""
+    msgs = [m for m in msgs if m is not None]
+    one_by_one = []
+    for msg in msgs:
+        single = outcome(routing.route, msg, schedule)
+        if single[0] == "error":
+            one_by_one = single
+            break
+        one_by_one.append(single)
+    got = batch_outcome(msgs, schedule)
+    if got and got[0] == "error":
+        assert got == one_by_one
+        return
+    assert len(got) == len(one_by_one)
+    for msg, a, b in zip(msgs, got, one_by_one):
+        generated = msg.msg_id is None
+        assert strip_ids(a, generated) == strip_ids(b, generated)
+
+
+def test_ids_made_in_bulk_look_like_ids_made_one_at_a_time():
+    from rocks_timer.message import MessageIdGenerator, msg_id_supplier
+    gen = MessageIdGenerator()
+    made = gen.next_ids(70_000) + [gen.next_id()]  # the 16-bit counter wraps inside
+    assert len(set(made)) == len(made)
+    assert all(len(i) == 32 and i == i.upper() and int(i, 16) >= 0 for i in made)
+    assert {i[:20] for i in made} == {made[0][:20]}  # one host/pid/salt prefix
+    places = [(int(i[20:28], 16), int(i[28:], 16)) for i in made[:-1]]  # (ms, counter)
+    assert all(a < b for a, b in zip(places, places[1:]))  # a wrapped counter moves the ms on
+    supply = msg_id_supplier(2)
+    got = [supply() for _ in range(4)]  # two from the bulk, then one at a time
+    assert len(set(got)) == 4 and all(len(i) == 32 for i in got)
