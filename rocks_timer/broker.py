@@ -23,11 +23,11 @@ from rocks_timer.config import BrokerConfig
 from rocks_timer.consumer_offsets import ConsumerOffsets
 from rocks_timer.errors import (CorruptRecordError, EngineNotAvailableError, StoreClosedError,
                                 StoreLockedError)
-from rocks_timer.message import Message
+from rocks_timer.message import Message, msg_id_supplier
 from rocks_timer.message_store import MessageStore
 from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, is_data_dir_or_new,
                                  private_dir, release_owner_only_umask, tighten)
-from rocks_timer.routing import route
+from rocks_timer.routing import route, route_batch
 from rocks_timer.timer.deliverer import Deliverer
 from rocks_timer.timer.store import ScanPage, TimerRecord, TimerStore
 
@@ -171,46 +171,59 @@ class Broker(KeyedOperations):
              deliver_at_ms: int | None = None, deliver_at: dt.datetime | None = None
              ) -> SendResult:
         """Store one message: at once, on a delay level, or in the timer engine (DESIGN §4)."""
-        return self.send_batch([message], delay_level=delay_level, delay_ms=delay_ms,
-                               deliver_at_ms=deliver_at_ms, deliver_at=deliver_at)[0]
+        self._check_open()
+        now_ms = self.clock.now_ms()
+        routed = [route(message, now_ms=now_ms, config=self.config, delay_level=delay_level,
+                        delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, deliver_at=deliver_at)]
+        if routed[0].kind == "timer":
+            return self._schedule_routed(routed, now_ms)[0]
+        return self._put_routed(routed, now_ms)[0]
 
     def send_batch(self, messages: Sequence[Message], **schedule: Any) -> list[SendResult]:
         """Validate every message first (nothing is stored if one is bad), then store: timer
         messages in one atomic batch of the engine, the others through one group commit."""
         self._check_open()
         now_ms, config = self.clock.now_ms(), self.config
-        routes = [route(m, now_ms=now_ms, config=config, **schedule) for m in messages]
-        timers: list[int] = []
-        direct: list[int] = []
-        for i, r in enumerate(routes):
-            (timers if r.kind == "timer" else direct).append(i)
-        if direct and self.levels is None and any(routes[i].kind == "level" for i in direct):
+        if type(messages) is not list:
+            messages = list(messages)
+        unnamed = sum([getattr(m, "msg_id", None) is None for m in messages])
+        ids = msg_id_supplier(unnamed) if unnamed > 1 else None
+        routes = route_batch(messages, now_ms=now_ms, config=config, new_id=ids, **schedule)
+        timers = [r for r in routes if r.kind == "timer"]
+        if len(timers) == len(routes):
+            return self._schedule_routed(routes, now_ms)
+        direct = [r for r in routes if r.kind != "timer"]
+        if self.levels is None and any(r.kind == "level" for r in direct):
             raise EngineNotAvailableError("delay levels are not available in this build")
-        results: list[SendResult | None] = [None] * len(routes)
-        if timers:
-            timer = self.timer
-            scheduled = timer.schedule([TimerRecord(routes[i].due_ms, routes[i].message)
-                                        for i in timers], now_ms)
-            name, wake = timer.name, False
-            for i, s in zip(timers, scheduled):
-                r = routes[i]
-                m = r.message
-                results[i] = SendResult(m.msg_id, s.handle, r.due_ms, m.topic, m.queue_id or 0,
-                                        name)
-                wake = wake or s.key_due_ms < self._wake_at_ms
-            self.sent["timer"] += len(timers)
-            if wake:
-                self._wake.set()
-        if direct:
-            puts = self.messages.put_messages([routes[i].message for i in direct])
-            for i, put in zip(direct, puts):
-                r = routes[i]
-                due = put.store_ms + (r.due_ms - now_ms) if r.kind == "level" else put.store_ms
-                topic = r.message.properties.get("REAL_TOPIC", r.message.topic)
-                queue_id = int(r.message.properties.get("REAL_QID", put.queue_id))
-                results[i] = SendResult(put.msg_id, None, due, topic, queue_id, r.kind)
-                self.sent[r.kind] += 1
-        return results  # type: ignore[return-value]
+        stored = iter(self._schedule_routed(timers, now_ms) if timers else ())
+        put = iter(self._put_routed(direct, now_ms))
+        return [next(stored) if r.kind == "timer" else next(put) for r in routes]
+
+    def _schedule_routed(self, routes: list, now_ms: int) -> list[SendResult]:
+        """Timer messages (validated and routed) into the timer engine, in one batch."""
+        timer = self.timer
+        scheduled = timer.schedule([TimerRecord(r.due_ms, r.message) for r in routes], now_ms)
+        name, wake_at = timer.name, self._wake_at_ms
+        results = [SendResult(m.msg_id, s.handle, r.due_ms, m.topic, m.queue_id or 0, name)
+                   for r, s, m in zip(routes, scheduled, [r.message for r in routes])]
+        self.sent["timer"] += len(routes)
+        if any([s.key_due_ms < wake_at for s in scheduled]):
+            self._wake.set()
+        return results
+
+    def _put_routed(self, routes: list, now_ms: int) -> list[SendResult]:
+        """Messages stored at once or on a delay level (validated and routed): one group
+        commit of the CommitLog."""
+        if self.levels is None and any(r.kind == "level" for r in routes):
+            raise EngineNotAvailableError("delay levels are not available in this build")
+        results = []
+        for r, put in zip(routes, self.messages.put_messages([r.message for r in routes])):
+            due = put.store_ms + (r.due_ms - now_ms) if r.kind == "level" else put.store_ms
+            topic = r.message.properties.get("REAL_TOPIC", r.message.topic)
+            queue_id = int(r.message.properties.get("REAL_QID", put.queue_id))
+            results.append(SendResult(put.msg_id, None, due, topic, queue_id, r.kind))
+            self.sent[r.kind] += 1
+        return results
 
     # -- timer queries ------------------------------------------------------------------------
     def scan(self, from_ms: int | None = None, to_ms: int | None = None, topic: str | None = None,

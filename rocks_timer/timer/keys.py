@@ -193,10 +193,15 @@ def timer_key_of_entry(entry: bytes) -> bytes:
     return entry[key_end:key_end + DUE_SIZE] + entry[:topic_end] + entry[-MSG_ID_SIZE:]
 
 
+(_SECOND, _SECOND_MS), (_HOUR, _HOUR_MS), (_DAY, _DAY_MS) = DUE_COUNTER_WIDTHS
+
+
 def due_counter_keys(due_ms: int) -> tuple[bytes, bytes, bytes]:
-    """The ``meta`` keys of the second, hour and day counters a key due at ``due_ms`` counts in."""
-    return tuple(prefix + _U64.pack(due_ms // width)  # type: ignore[return-value]
-                 for prefix, width in DUE_COUNTER_WIDTHS)
+    """The ``meta`` keys of the second, hour and day counters a key due at ``due_ms`` counts in
+    (one per ``DUE_COUNTER_WIDTHS`` level, written out: every send builds them)."""
+    pack = _U64.pack
+    return (_SECOND + pack(due_ms // _SECOND_MS), _HOUR + pack(due_ms // _HOUR_MS),
+            _DAY + pack(due_ms // _DAY_MS))
 
 
 def due_counter_key(prefix: bytes, bucket: int) -> bytes:

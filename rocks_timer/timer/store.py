@@ -29,9 +29,9 @@ class TimerKey:
     msg_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class TimerRecord:
-    """A message to park until ``due_ms``. ``message`` has its real topic and queue id."""
+class TimerRecord(NamedTuple):
+    """A message to park until ``due_ms``. ``message`` has its real topic and queue id (a
+    NamedTuple: every send builds one)."""
 
     due_ms: int
     message: Message

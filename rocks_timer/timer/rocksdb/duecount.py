@@ -53,15 +53,19 @@ class DueCounters:
     def stage(self, deltas: dict[int, int], batch: WriteBatch) -> dict[bytes, int]:
         """Put the counters changed by ``deltas`` (due_ms -> +n/-n) into ``batch``; returns
         the new values for :meth:`commit`. A count below zero is a bug, not a state: it raises."""
-        per_second: dict[int, int] = {}  # every width is whole seconds: sum those first
-        for due_ms, delta in deltas.items():
-            if delta:
-                second = due_ms // 1000
-                per_second[second] = per_second.get(second, 0) + delta
-        per_key: dict[bytes, int] = {}
-        for second, delta in per_second.items():
-            for name in K.due_counter_keys(second * 1000):
-                per_key[name] = per_key.get(name, 0) + delta
+        if len(deltas) == 1:  # a single send, or a batch due in one ms
+            ((due_ms, delta),) = deltas.items()
+            per_key = dict.fromkeys(K.due_counter_keys(due_ms), delta)
+        else:
+            per_second: dict[int, int] = {}  # every width is whole seconds: sum those first
+            for due_ms, delta in deltas.items():
+                if delta:
+                    second = due_ms // 1000
+                    per_second[second] = per_second.get(second, 0) + delta
+            per_key = {}
+            for second, delta in per_second.items():
+                for name in K.due_counter_keys(second * 1000):
+                    per_key[name] = per_key.get(name, 0) + delta
         cache = self._cache
         missing = [name for name in per_key if name not in cache]
         if missing:

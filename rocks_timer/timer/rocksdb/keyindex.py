@@ -77,11 +77,23 @@ def message_keys(message: "Message") -> tuple[str, ...]:
 
 
 def schedule_changes(store: "RocksTimerStore", raw_keys: list[bytes], records: list,
-                     olds: dict[bytes, bytes | None]) -> tuple[IndexChanges, int]:
+                     olds: dict[bytes, bytes | None], dues: list[int] | None = None
+                     ) -> tuple[IndexChanges, int]:
     """What a schedule batch does to the counters and the index, and how many keys it adds.
     A key stored already (a producer's retry) keeps its count; its entries follow its new
-    KEYS. The last record of a key repeated in the batch wins, as in the timer column family."""
+    KEYS. The last record of a key repeated in the batch wins, as in the timer column family.
+    ``dues`` (each key's due time) lets the common batch, new distinct keys without KEYS, be
+    counted without a pass over the records' keys."""
     changes = IndexChanges()
+    if (dues is not None and len(olds) == len(raw_keys) and all(old is None for old in olds.values())
+            and not any([r.message.keys for r in records])):
+        deltas = changes.deltas
+        if len(dues) == 1:
+            deltas[dues[0]] = 1
+        else:
+            for due in dues:
+                deltas[due] = deltas.get(due, 0) + 1
+        return changes, len(raw_keys)
     if len(raw_keys) == 1:
         final = {raw_keys[0]: records[0].message}
     else:

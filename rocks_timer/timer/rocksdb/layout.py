@@ -14,33 +14,70 @@ from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb.keyindex import IndexChanges
 from rocks_timer.timer.rocksdb import meta as rocks_meta
-from rocks_timer.timer.rocksdb.vlog import Changes
+from rocks_timer.timer.rocksdb import segments as S
+from rocks_timer.timer.rocksdb.vlog import Changes, delay_class
 
 if TYPE_CHECKING:
+    from rocks_timer.message import Message
     from rocks_timer.timer.rocksdb.store import RocksTimerStore
+
+
+def schedule_one_vlog(store: "RocksTimerStore", message: "Message", raw: bytes, value: bytes,
+                      due_ms: int, now_ms: int) -> bool:
+    """The common single send of the ``vlog`` layout (a new key, no KEYS, a body for a value
+    segment): the writes :func:`schedule_vlog` makes for it, without a batch's bookkeeping
+    (tests/test_vlog.py holds the two stores equal byte for byte). False, having written
+    nothing, for any other send."""
+    vlog = store.vlog
+    if message.keys or len(value) <= vlog.inline_max or store._timer.get(raw) is not None:
+        return False
+    blob = S.frame_many([raw], [value])[0]
+    seg, pos = vlog.append_arrival(delay_class(due_ms - now_ms), blob, now_ms)
+    if due_ms > seg.max_due_ms:
+        seg.max_due_ms = due_ms
+    batch = WriteBatch(raw_mode=True)
+    batch.put(raw, I.encode_pointer(seg.id, pos, len(blob), message.queue_id, len(message.body),
+                                    message.tags), store._timer_h)
+    batch.put(K.META_PENDING, rocks_meta.pack_u64(store._pending + 1), store._meta_h)
+    new = vlog.stage({seg.id: (1, len(blob))}, batch)
+    new_counts = store._due.stage({due_ms: 1}, batch)
+    store._db.write(batch, store._write_opts)
+    vlog.commit(new)
+    store._due.commit(new_counts)
+    store._pending += 1
+    return True
 
 
 def schedule_vlog(store: "RocksTimerStore", raw_keys: list[bytes], values: list[bytes], now_ms: int,
                    batch: WriteBatch, fields: list, olds: dict[bytes, bytes | None],
-                   index_changes: IndexChanges, added: int) -> None:
+                   index_changes: IndexChanges, added: int, dues: list[int] | None = None
+                   ) -> None:
     """Bodies into the value log, pointers into the index, liveness in the same batch. A
     key already stored (a producer's retry) or repeated in the batch keeps only its last
     value live; the bytes it replaced stop counting. ``olds`` holds each distinct key's
     stored value; ``index_changes`` and ``added`` what the batch does to the key index, the
-    due counters and the pending count (``keyindex.schedule_changes``)."""
+    due counters and the pending count (``keyindex.schedule_changes``); ``dues`` each key's
+    due time."""
     changes = Changes()
-    index_values = store.vlog.append(raw_keys, values, now_ms, batch, changes, fields)
-    final = dict(zip(raw_keys, index_values))  # the last value of a repeated key wins
-    distinct = list(final)
     put, timer_h = batch.put, store._timer_h
-    for raw in distinct:
-        value = final[raw]
-        before = olds[raw]
-        put(raw, value, timer_h)
-        if I.is_pointer(value):
-            changes.keep(value)
-        if before is not None and I.is_pointer(before):
-            changes.drop(before)
+    fresh = added == len(raw_keys)  # every key new and distinct: all of it stays live
+    index_values = store.vlog.append(raw_keys, values, now_ms, batch, changes, fields, dues,
+                                     live=fresh)
+    if fresh:
+        for raw, value in zip(raw_keys, index_values):
+            put(raw, value, timer_h)
+        distinct = final = ()
+    else:
+        final = dict(zip(raw_keys, index_values))  # the last value of a repeated key wins
+        distinct = list(final)
+        for raw in distinct:
+            value = final[raw]
+            before = olds[raw]
+            put(raw, value, timer_h)
+            if I.is_pointer(value):
+                changes.keep(value)
+            if before is not None and I.is_pointer(before):
+                changes.drop(before)
     put(K.META_PENDING, rocks_meta.pack_u64(store._pending + added), store._meta_h)
     new = store.vlog.stage(changes, batch)
     new_counts = keyindex.stage(store, index_changes, batch)

@@ -263,14 +263,17 @@ class RocksTimerStore(KeyedRocksOps):
             self._check_open()
             raw_keys, values, key_dues, handles = encode_schedule(
                 records, self._low_watermark_ms(), self.config.timer_compress_threshold)
+            if len(raw_keys) == 1 and self.vlog is not None and layout.schedule_one_vlog(
+                    self, records[0].message, raw_keys[0], values[0], key_dues[0], now_ms):
+                return [Scheduled(handles[0], key_dues[0])]
             batch = WriteBatch(raw_mode=True)
             olds = self._old_values(raw_keys)
-            changes, added = keyindex.schedule_changes(self, raw_keys, records, olds)
+            changes, added = keyindex.schedule_changes(self, raw_keys, records, olds, key_dues)
             if self.vlog is not None:
-                fields = [(r.message.queue_id, len(r.message.body), r.message.tags)
-                          for r in records]
+                fields = [(m.queue_id, len(m.body), m.tags)
+                          for m in [r.message for r in records]]
                 layout.schedule_vlog(self, raw_keys, values, now_ms, batch, fields, olds,
-                                     changes, added)
+                                     changes, added, key_dues)
                 return list(map(Scheduled, handles, key_dues))
             put, timer_h = batch.put, self._timer_h
             for raw, value in zip(raw_keys, values):

@@ -204,40 +204,56 @@ class ValueLog:
         return seg
 
     def append(self, raw_keys: list[bytes], values: list[bytes], now_ms: int, batch: Any,
-               changes: Changes, fields: list[tuple[int | None, int, str | None]]
-               ) -> list[bytes]:
+               changes: Changes, fields: list[tuple[int | None, int, str | None]],
+               dues: list[int] | None = None, live: bool = False) -> list[bytes]:
         """Write the bodies of a schedule batch, each into the open segment of its delay class;
         returns the index value of each record (a pointer, or the value itself when it is small)
-        and records the moved segment ends in ``changes`` (the store adds the live counts).
-        ``fields`` holds each record's (queue id, body size, tags), which its pointer carries."""
+        and records the moved segment ends in ``changes``. ``fields`` holds each record's
+        (queue id, body size, tags), which its pointer carries; ``dues`` each key's due time
+        (read from the keys when None). The caller adds the live counts, or passes ``live``
+        when every record written here stays in the index (distinct keys): then they are
+        counted here, per segment, without reading each pointer back."""
         out: list[bytes] = list(values)
         groups: dict[int, list[int]] = {}
         inline_max = self.inline_max
-        for i, (key, value) in enumerate(zip(raw_keys, values)):
-            if len(value) > inline_max:
-                cls = delay_class(K.key_due_ms(key) - now_ms)
-                groups.setdefault(cls, []).append(i)
+        if dues is None:
+            dues = [K.key_due_ms(key) for key in raw_keys]
+        if len(values) == 1:  # a single send: no grouping to do
+            if len(values[0]) > inline_max:
+                groups[delay_class(dues[0] - now_ms)] = [0]
+        else:
+            for i, value in enumerate(values):
+                if len(value) > inline_max:
+                    groups.setdefault(delay_class(dues[i] - now_ms), []).append(i)
         for cls, members in groups.items():
             blob, lengths = S.frame_many([raw_keys[i] for i in members],
                                          [values[i] for i in members])
             size = len(blob)
-            seg = self.open_arrival.get(cls) or self._reopen(cls, now_ms)
-            if seg is None or (seg.file.size and seg.file.size + size > self.segment_bytes):
-                seg = self.open_arrival[cls] = self._new_segment(ARRIVAL, cls, now_ms)
-            pos = seg.file.append(blob)
-            if self.sync_writes:
-                seg.file.sync()
-            else:
-                self.dirty.add(seg.id)
-            self.counters[COUNTERS[0]] += size
+            seg, pos = self.append_arrival(cls, blob, now_ms)
+            encode = I.encode_pointer
             for i, length in zip(members, lengths):
-                out[i] = I.encode_pointer(seg.id, pos, length, *fields[i])
+                out[i] = encode(seg.id, pos, length, *fields[i])
                 pos += length
-            latest = max(K.key_due_ms(raw_keys[i]) for i in members)
+            latest = max([dues[i] for i in members])
             if latest > seg.max_due_ms:
                 seg.max_due_ms = latest
-            changes.add(seg.id, 0, 0)  # its end moves even if every record is overwritten
+            # its end moves even if every record is overwritten
+            changes.add(seg.id, len(members) if live else 0, size if live else 0)
         return out
+
+    def append_arrival(self, cls: int, blob: bytes, now_ms: int) -> tuple[Segment, int]:
+        """Append framed records to the open arrival segment of delay class ``cls`` (a new one
+        when there is none or it is full); returns the segment and where ``blob`` starts."""
+        seg = self.open_arrival.get(cls) or self._reopen(cls, now_ms)
+        if seg is None or (seg.file.size and seg.file.size + len(blob) > self.segment_bytes):
+            seg = self.open_arrival[cls] = self._new_segment(ARRIVAL, cls, now_ms)
+        pos = seg.file.append(blob)
+        if self.sync_writes:
+            seg.file.sync()
+        else:
+            self.dirty.add(seg.id)
+        self.counters[COUNTERS[0]] += len(blob)
+        return seg, pos
 
     def _reopen(self, cls: int, now_ms: int) -> Segment | None:
         """The class's segment left open by the previous process, if it is still young enough
