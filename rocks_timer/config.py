@@ -34,9 +34,9 @@ class BrokerConfig:
     timer_max_delay_sec: int = 259_200
     timer_roll_window_slots: int | None = None  # None: 2 days of slots at the precision
     timer_flush_interval_ms: int = 1_000
-    timer_deliver_batch: int = 1_000
+    timer_deliver_batch: int = 2_000  # measured: docs/BENCHMARKS.md (burst), DECISIONS.md
     timer_deliver_max_bytes: int = 8 * MiB
-    timer_max_in_flight: int = 2_000
+    timer_max_in_flight: int = 8_000
     timer_put_retry_max_backoff_ms: int = 60_000
     timer_compress_threshold: int = 512
     timer_congest_num_each_slot: int = 2**31 - 1  # wheel flow control; RocketMQ's default: off

@@ -16,6 +16,7 @@ import logging
 from collections import deque
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
+from typing import Sequence
 
 from rocks_timer.clock import Clock
 from rocks_timer.config import BrokerConfig
@@ -23,7 +24,7 @@ from rocks_timer.errors import RocksTimerError
 from rocks_timer.message import TIMER_OUT_MS, UNIQ_KEY, is_system_topic
 from rocks_timer.message_store import MessageStore
 from rocks_timer.timer.delivery import delivery_copy_py
-from rocks_timer.timer.store import DueRecord, TimerKey, TimerStore
+from rocks_timer.timer.store import DueRecord, TimerKey, TimerStore, join_records
 
 log = logging.getLogger(__name__)
 _RECONCILE_CHUNK = 10_000
@@ -33,7 +34,7 @@ _RECONCILE_CHUNK = 10_000
 class _Put:
     """One claimed batch and its CommitLog put (one future for the whole batch)."""
 
-    records: list[DueRecord]
+    records: Sequence[DueRecord]
     future: Future | None
     attempts: int = 1
     retry_at_ms: int = 0
@@ -114,13 +115,16 @@ class Deliverer:
                 wait([put.future], timeout=timeout_s)
                 return
 
-    def _issue(self, records: list[DueRecord], now_ms: int) -> Future | None:
-        copies = []
-        for record in records:  # engines may build the copies at claim time, in bulk
-            copy = record.copy
-            if copy is None:
-                copy = record.copy = delivery_copy_py(record.message, record.key.due_ms, now_ms)
-            copies.append(copy)
+    def _issue(self, records: Sequence[DueRecord], now_ms: int) -> Future | None:
+        copies = getattr(records, "copies", None)  # a claim may carry them, built in bulk
+        if copies is None:
+            copies = []
+            for record in records:
+                copy = record.copy
+                if copy is None:
+                    copy = record.copy = delivery_copy_py(record.message, record.key.due_ms,
+                                                          now_ms)
+                copies.append(copy)
         try:
             if self._durable_puts:
                 return self.messages.put_messages_async(copies, durable=True)
@@ -137,7 +141,7 @@ class Deliverer:
         every completed delivery before every landed-but-unharvested one: ``end`` (the
         reconcile offset) never passes a delivery whose key is still in the store.
         """
-        landed: list[DueRecord] = []
+        landed: list[Sequence[DueRecord]] = []
         finished: set[int] = set()
         end = None
         for put in self._puts:
@@ -148,7 +152,7 @@ class Deliverer:
             exc = put.future.exception()
             if exc is None:
                 results = put.future.result()
-                landed.extend(put.records)
+                landed.append(put.records)
                 finished.add(id(put))
                 end = max(end or 0, results.end_offset)  # written contiguously, in order
                 self.last_lateness_ms = now_ms - put.records[-1].key.due_ms
@@ -164,10 +168,12 @@ class Deliverer:
                 # DESIGN §5: a store never forgets a message before its delivered copy is on
                 # disk (a no-op in sync mode, where every group was fdatasync'd as written)
                 self.messages.sync(end)
-            self.store.complete(landed, end)
+            self.store.complete(join_records(landed), end)
             self._puts = deque(p for p in self._puts if id(p) not in finished)
-            self.delivered += len(landed)
-        return len(landed)
+            count = sum(len(records) for records in landed)
+            self.delivered += count
+            return count
+        return 0
 
     def _retry(self, now_ms: int) -> None:
         """Re-issue failed puts whose backoff has passed, moving them to the back of the issue

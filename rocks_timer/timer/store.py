@@ -57,6 +57,19 @@ class DueRecord:
     copy: Any = None  # the CommitLog copy, once built (rocks_timer.timer.delivery)
 
 
+def join_records(parts: Sequence[Sequence[DueRecord]]) -> Sequence[DueRecord]:
+    """The records of several claims of one store as one sequence for ``complete``: joined by
+    the claims' own ``join`` when they are of one type that has it (a batch held column by
+    column stays so), else listed."""
+    if len(parts) == 1:
+        return parts[0]
+    kind = type(parts[0])
+    join = getattr(kind, "join", None)
+    if join is not None and all(type(part) is kind for part in parts):
+        return join(parts)
+    return [record for part in parts for record in part]
+
+
 @dataclass(frozen=True, slots=True)
 class PendingEntry:
     """One pending message as ``scan`` lists it."""
@@ -161,9 +174,10 @@ class TimerStore(Protocol):
         """Pending entries with lo <= key due time < hi for each (lo, hi); None is unbounded.
         Bounds are whole seconds (multiples of 1000 ms). Exact, and no full scan."""
 
-    def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> list[DueRecord]:
+    def claim_due(self, now_ms: int, max_messages: int, max_bytes: int) -> Sequence[DueRecord]:
         """Records due at ``now_ms`` (never early), in key order, bounded by the budget, marked
-        in flight. Records already in flight are not returned again."""
+        in flight. Records already in flight are not returned again. A list, or a sequence
+        that may also carry ``copies`` (each record's prepared CommitLog copy, in order)."""
 
     def complete(self, records: Sequence[DueRecord], commitlog_end: int | None) -> None:
         """Forget delivered records and advance the cursor, atomically. ``commitlog_end`` is

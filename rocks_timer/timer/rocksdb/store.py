@@ -43,7 +43,7 @@ from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import (ConfigError, CorruptRecordError, InvalidHandleError,
                                 InvalidMessageError, StoreClosedError, StoreLockedError)
 from rocks_timer.timer import keys as K
-from rocks_timer.timer.rocksdb import claim, keyindex, layout
+from rocks_timer.timer.rocksdb import claim, complete, keyindex, layout
 from rocks_timer.timer.rocksdb.reschedule import KeyedRocksOps
 from rocks_timer.timer.rocksdb import maint as rocks_maint, meta as rocks_meta
 from rocks_timer.timer.rocksdb import reclaim
@@ -144,6 +144,7 @@ class RocksTimerStore(KeyedRocksOps):
         self._corrupt_count = state.corrupt
         self._reconcile_offset = state.reconcile_offset
         self._deletes_since_reclaim = 0
+        self._backlog = False  # the last claim filled its budget (maint.maybe_start_reclaim)
         self._reclaimed_below = b""
         self._scan_corrupt_skipped = 0
 
@@ -298,45 +299,7 @@ class RocksTimerStore(KeyedRocksOps):
         return claim.claim_due(self, now_ms, max_messages, max_bytes)
 
     def complete(self, records: Sequence[DueRecord], commitlog_end: int | None) -> None:
-        with self._lock:
-            self._check_open()
-            if not records and commitlog_end is None:
-                return
-            done = {}
-            for record in records:
-                raw = record.token if isinstance(record.token, bytes) else K.encode_key(record.key)
-                if raw in self._in_flight:  # else reconciled already or never claimed here
-                    done[raw] = record
-            batch = WriteBatch(raw_mode=True)
-            changes = IndexChanges()
-            keyed = self._keyed
-            delete, timer_h = batch.delete, self._timer_h
-            for raw in done:
-                delete(raw, timer_h)
-            if not keyed:
-                keyindex.removed_unkeyed(changes, done)
-            for raw, record in done.items() if keyed else ():
-                if type(record) is claim.ClaimedRecord:
-                    changes.removed(raw, record.message_keys())
-                else:
-                    changes.removed(raw, keyindex.message_keys(record.message))
-            pending = self._pending - len(done)
-            batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
-            batch.put(K.META_CURSOR, self._cursor(without=done), self._meta_h)
-            if commitlog_end is not None:
-                batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(commitlog_end),
-                          self._meta_h)
-            new = self._stage_removed([self._in_flight[raw] for raw in done], batch)
-            new_counts = keyindex.stage(self, changes, batch)
-            self._write(batch)
-            self._commit_removed(new)
-            keyindex.commit(self, changes, new_counts)
-            self._pending = pending
-            if commitlog_end is not None:
-                self._reconcile_offset = commitlog_end
-            for raw in done:
-                del self._in_flight[raw]
-            self._deletes_since_reclaim += len(done)
+        complete.complete(self, records, commitlog_end)
 
     def cancel(self, handle: str, now_ms: int) -> bool:
         parsed = decode_handle(handle)

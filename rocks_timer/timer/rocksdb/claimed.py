@@ -1,0 +1,117 @@
+"""What a RocksDB claim returns: ``ClaimedBatch``, one claim's records held column by column.
+
+A burst claims a million records a second; the deliverer needs only each record's prepared
+CommitLog copy (``copies``) and ``complete`` only its raw key (``tokens``), its index value
+(the store's in-flight map) and, in a keyed store, its KEYS. So a claim builds no object per
+record: the batch is a ``Sequence[DueRecord]`` whose items (``ClaimedRecord``, with the key,
+message and handle decoded on first read) are made only when someone indexes or iterates it,
+as tests, the CLI and other engines' callers do.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Iterator
+
+from rocks_timer.message import Message
+from rocks_timer.timer import keys as K
+from rocks_timer.timer.handles import encode_handle
+from rocks_timer.timer.store import DueRecord, TimerKey
+from rocks_timer.timer.values import decode_value, peek_keys
+
+
+class ClaimedRecord(DueRecord):
+    """A claimed record whose key, message and handle are decoded only if someone reads them
+    (the deliverer reads only ``copy``, ``size`` and ``token``)."""
+
+    __slots__ = ("_key", "_message", "_value")
+
+    def __init__(self, raw: bytes, value: bytes, size: int, copy, message=None):
+        self.token, self.size, self.copy = raw, size, copy
+        self._value, self._message, self._key = value, message, None
+
+    @property
+    def key(self) -> TimerKey:
+        if self._key is None:
+            self._key = K.decode_key(self.token)
+        return self._key
+
+    @property
+    def message(self) -> Message:
+        if self._message is None:
+            self._message = decode_value(self.token, self._value)
+        return self._message
+
+    def message_keys(self) -> tuple[str, ...]:
+        """Its distinct KEYS (``keyindex.message_keys``), read without decoding the message."""
+        return distinct_keys(self._message, self.token, self._value)
+
+    @property
+    def handle(self) -> str:
+        key = self.key
+        return encode_handle(key.topic, key.due_ms, key.msg_id)
+
+
+def distinct_keys(message: Message | None, raw: bytes, value: bytes) -> tuple[str, ...]:
+    keys = message.keys if message is not None else peek_keys(raw, value)
+    return tuple(dict.fromkeys(keys)) if len(keys) > 1 else keys
+
+
+class ClaimedBatch(Sequence):
+    """Claimed records, column by column: raw keys (``tokens``), stored values (``bodies``),
+    sizes, prepared copies and the messages the claim decoded already (None where it did not).
+    Items are ``ClaimedRecord``s, made on first access and kept, so ``batch[0] is batch[0]``."""
+
+    __slots__ = ("tokens", "bodies", "sizes", "copies", "messages", "_items")
+
+    def __init__(self, tokens: list[bytes], bodies: list[bytes], sizes: list[int],
+                 copies: list, messages: list):
+        self.tokens, self.bodies, self.sizes = tokens, bodies, sizes
+        self.copies, self.messages = copies, messages
+        self._items: list[ClaimedRecord | None] | None = None
+
+    @classmethod
+    def join(cls, parts: Sequence["ClaimedBatch"]) -> "ClaimedBatch":
+        if len(parts) == 1:
+            return parts[0]
+        columns = ([], [], [], [], [])
+        for part in parts:
+            for column, values in zip(columns, part._columns()):
+                column.extend(values)
+        return cls(*columns)
+
+    def _columns(self) -> tuple[list, list, list, list, list]:
+        return self.tokens, self.bodies, self.sizes, self.copies, self.messages
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return ClaimedBatch(*(column[i] for column in self._columns()))
+        items = self._items
+        if items is None:
+            items = self._items = [None] * len(self.tokens)
+        item = items[i]
+        if item is None:
+            item = items[i] = ClaimedRecord(self.tokens[i], self.bodies[i], self.sizes[i],
+                                            self.copies[i], self.messages[i])
+        return item
+
+    def __iter__(self) -> Iterator[ClaimedRecord]:
+        return (self[i] for i in range(len(self.tokens)))
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, ClaimedBatch):
+            return self.tokens == other.tokens
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # mutable columns, like a list
+
+    def __repr__(self) -> str:
+        return f"ClaimedBatch({len(self)} records)"
+
+    def message_keys(self, i: int) -> tuple[str, ...]:
+        """Distinct KEYS of item ``i`` without building a ``ClaimedRecord``."""
+        return distinct_keys(self.messages[i], self.tokens[i], self.bodies[i])

@@ -1,0 +1,89 @@
+"""The RocksDB claim's column-wise batch (``ClaimedBatch``) and the backlog rule of the
+tombstone reclaim, on both layouts."""
+from __future__ import annotations
+
+from rocks_support import (BIG, T0, clock, ids, layout, msg, open_store,  # noqa: F401 - fixtures
+                          rec)
+
+from rocks_timer.message import TIMER_OUT_MS
+from rocks_timer.timer import keys as K
+from rocks_timer.timer.delivery import prepared_copy_py
+from rocks_timer.timer.rocksdb.claimed import ClaimedBatch, ClaimedRecord
+from rocks_timer.timer.store import join_records
+
+
+def test_a_claim_is_a_sequence_of_records(open_store):
+    store = open_store()
+    store.schedule([rec(i, T0 + 10 + i, keys="k%d" % i) for i in range(5)], T0)
+    batch = store.claim_due(T0 + 100, 100, BIG)
+    assert type(batch) is ClaimedBatch and len(batch) == 5 and bool(batch)
+    assert ids(batch) == [f"{i:032X}" for i in range(5)]
+    assert batch[0] is batch[0] and isinstance(batch[-1], ClaimedRecord)
+    assert batch == list(batch) and batch[1:3] == [batch[1], batch[2]]
+    assert [r.message.keys for r in batch] == [("k%d" % i,) for i in range(5)]
+    for record, copy in zip(batch, batch.copies):  # the prepared copies, as the reference
+        expected = prepared_copy_py(record.message, record.key.due_ms, T0 + 100)
+        assert copy == expected
+        assert record.copy == copy
+    assert store.claim_due(T0 + 100, 100, BIG) == []  # nothing new is due: a plain empty list
+
+
+def test_completing_joined_batches_equals_completing_records(open_store, tmp_path):
+    """The same deliveries completed from joined column-wise batches and from a plain list of
+    records leave the two stores in the same state (pending, cursor, key index, counters)."""
+    stores = [open_store(path=tmp_path / name) for name in ("columns", "records")]
+    for store in stores:
+        store.schedule([rec(i, T0 + 10 + i, keys="k%d" % (i % 3)) for i in range(30)], T0)
+        store.schedule([rec(100, T0 + 10_000)], T0)
+    columns, records = stores
+    parts = [columns.claim_due(T0 + 100, 10, BIG) for _ in range(3)]
+    joined = join_records(parts)
+    assert type(joined) is ClaimedBatch and len(joined) == 30
+    columns.complete(joined, 77)
+    claimed = [columns_record for part in
+               [records.claim_due(T0 + 100, 10, BIG) for _ in range(3)] for columns_record in part]
+    records.complete(list(claimed), 77)
+    for store in stores:
+        assert store.pending_count() == 1 and store.reconcile_from() == 77
+        assert store.count_due([(None, None)]) == [1]
+        assert [e.msg_id for e in store.scan(limit=10)] == [f"{100:032X}"]
+        assert list(store.find("orders", "k1")) == []
+
+
+def test_complete_skips_what_is_not_in_flight(open_store):
+    store = open_store()
+    store.schedule([rec(i, T0 + 10) for i in range(4)], T0)
+    batch = store.claim_due(T0 + 100, 10, BIG)
+    store.complete(batch[:2], 5)
+    store.complete(batch, 6)  # the first two again: skipped, the rest completed once
+    assert store.pending_count() == 0 and store.reconcile_from() == 6
+
+
+def test_a_copy_carries_the_due_time(open_store):
+    store = open_store()
+    [scheduled] = store.schedule([rec(7, T0 + 50)], T0)
+    [record] = store.claim_due(T0 + 60, 10, BIG)
+    assert K.key_due_ms(record.token) == scheduled.key_due_ms
+    assert str(scheduled.key_due_ms).encode() in record.copy
+    assert TIMER_OUT_MS.encode() in record.copy
+
+
+def test_reclaim_waits_while_a_backlog_drains(open_store):
+    store = open_store(reclaim_after_deletes=10)
+    store.schedule([rec(i, T0 + 10) for i in range(200)], T0)
+    for _ in range(3):  # each claim fills its budget: a backlog is draining
+        store.complete(store.claim_due(T0 + 100, 20, BIG), None)
+        store.maintain(T0 + 100)
+        store.wait_for_maintenance()
+    assert store.stats().extra["deletes_since_reclaim"] == 60  # deferred, below 10 x 10
+    store.complete(store.claim_due(T0 + 100, 50, BIG), None)  # 110 deletes: over the cap
+    store.maintain(T0 + 100)
+    store.wait_for_maintenance()
+    assert store.stats().extra["deletes_since_reclaim"] == 0
+    store.complete(store.claim_due(T0 + 100, 20, BIG), None)  # still a backlog: waits
+    store.maintain(T0 + 100)
+    assert store.stats().extra["deletes_since_reclaim"] == 20
+    store.complete(store.claim_due(T0 + 100, 1000, BIG), None)  # caught up: reclaims
+    store.maintain(T0 + 100)
+    store.wait_for_maintenance()
+    assert store.stats().extra["deletes_since_reclaim"] == 0 and store.pending_count() == 0
