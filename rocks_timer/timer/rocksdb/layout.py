@@ -26,7 +26,7 @@ def schedule_one_vlog(store: "RocksTimerStore", message: "Message", raw: bytes, 
                       due_ms: int, now_ms: int) -> bool:
     """The common single send of the ``vlog`` layout (a new key, no KEYS, a body for a value
     segment): the writes :func:`schedule_vlog` makes for it, without a batch's bookkeeping
-    (tests/test_vlog.py holds the two stores equal byte for byte). False, having written
+    (tests/test_schedule_single.py holds the two stores equal byte for byte). False, having written
     nothing, for any other send."""
     vlog = store.vlog
     if message.keys or len(value) <= vlog.inline_max or store._timer.get(raw) is not None:
