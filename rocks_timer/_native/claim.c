@@ -30,10 +30,13 @@ static int64_t be64(const unsigned char *p) {
 }
 
 typedef struct {
-    int pointer, fd;
+    int pointer, fd, read_refused;
     long long offset;
     Py_ssize_t size, at, got;
     const char *code;
+    const unsigned char *key, *value; /* the value: the index's bytes, or read from a segment */
+    Py_ssize_t key_len, value_len;
+    Py_ssize_t copy_at, copy_len;      /* the prepared record in the copy buffer; -1: none */
 } entry_t;
 
 PyObject *claim_batch(PyObject *self, PyObject *args) {
@@ -49,7 +52,7 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
     }
     entry_t *e = PyMem_Calloc(n + 1, sizeof(entry_t));
     if (e == NULL) return PyErr_NoMemory();
-    unsigned char *buf = NULL;
+    unsigned char *buf = NULL, *copies_buf = NULL;
     PyObject *sizes = NULL, *bodies = NULL, *copies = NULL, *codes = NULL, *result = NULL;
     Py_ssize_t cut = 0, used = 0, total = 0;
     for (; cut < n; cut++) {
@@ -94,13 +97,48 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
             total += r->size;
         }
     }
+    /* room for every prepared record: a copy is never longer than the bound of its value,
+     * and a value read from a segment is shorter than its record */
+    Py_ssize_t copy_total = 0;
+    for (Py_ssize_t i = 0; i < cut; i++) {
+        entry_t *r = &e[i];
+        PyObject *key = PyList_GET_ITEM(keys, i), *value = PyList_GET_ITEM(values, i);
+        r->key = (const unsigned char *)PyBytes_AS_STRING(key);
+        r->key_len = PyBytes_GET_SIZE(key);
+        r->value = (const unsigned char *)PyBytes_AS_STRING(value);
+        r->value_len = PyBytes_GET_SIZE(value);
+        r->copy_at = copy_total;
+        r->copy_len = -1;
+        if (r->code == NULL) copy_total += DELIVERY_COPY_BOUND(r->pointer ? r->size : r->value_len);
+    }
     buf = PyMem_Malloc(total ? total : 1);
-    if (buf == NULL) { PyErr_NoMemory(); goto done; }
+    copies_buf = PyMem_Malloc(copy_total ? copy_total : 1);
+    if (buf == NULL || copies_buf == NULL) { PyErr_NoMemory(); goto done; }
     int err = 0;
+    /* Without the GIL (the CommitLog writer's thread runs meanwhile): read every segment
+     * record, check it (magic, length, CRC, key), and write each prepared record. The keys and
+     * index values are bytes the lists hold, so their buffers stay put. */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < cut && !err; i++)
         if (e[i].pointer && e[i].code == NULL)
             err = pread_full(e[i].fd, buf + e[i].at, e[i].size, e[i].offset, &e[i].got);
+    for (Py_ssize_t i = 0; i < cut && !err; i++) {
+        entry_t *r = &e[i];
+        if (r->code != NULL) continue;
+        if (r->pointer) {
+            Py_ssize_t value_at = 0;
+            r->code = vlog_check(buf + r->at, r->got, 0, r->size, r->key, r->key_len, &value_at,
+                                 &r->value_len);
+            if (r->code != NULL) {
+                r->read_refused = 1;
+                continue;
+            }
+            r->value = buf + r->at + value_at;
+        }
+        r->copy_len = delivery_copy_into(r->value, r->value_len, (long long)be64(r->key), now_ms,
+                                         copies_buf + r->copy_at,
+                                         DELIVERY_COPY_BOUND(r->value_len));
+    }
     Py_END_ALLOW_THREADS
     if (err) {
         errno = err;
@@ -110,42 +148,43 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
     if ((sizes = PyList_New(cut)) == NULL || (bodies = PyList_New(cut)) == NULL ||
         (copies = PyList_New(cut)) == NULL || (codes = PyList_New(cut)) == NULL)
         goto done;
+    /* With the GIL: only the objects */
     for (Py_ssize_t i = 0; i < cut; i++) {
         entry_t *r = &e[i];
-        PyObject *key = PyList_GET_ITEM(keys, i), *body = PyList_GET_ITEM(values, i);
         PyObject *size = PyLong_FromSsize_t(r->size);
         if (size == NULL) goto done;
         PyList_SET_ITEM(sizes, i, size);
-        if (r->pointer && r->code == NULL) {
-            body = vlog_parse_one(buf + r->at, r->got, 0, r->size, key);
+        PyObject *body, *code, *copy;
+        if (r->read_refused) {
+            body = Py_NewRef(Py_None); /* its segment record was refused: no body */
+        } else if (r->pointer && r->code == NULL) {
+            body = PyBytes_FromStringAndSize((const char *)r->value, r->value_len);
             if (body == NULL) goto done;
-            if (PyUnicode_Check(body)) { /* refused: keep the code, no body */
-                PyList_SET_ITEM(codes, i, body);
-                PyList_SET_ITEM(bodies, i, Py_NewRef(Py_None));
-                PyList_SET_ITEM(copies, i, Py_NewRef(Py_None));
-                continue;
-            }
         } else {
-            Py_INCREF(body);
+            body = Py_NewRef(PyList_GET_ITEM(values, i)); /* inline, or refused before reading */
         }
         PyList_SET_ITEM(bodies, i, body);
         if (r->code != NULL) {
-            PyObject *code = PyUnicode_FromString(r->code);
+            code = PyUnicode_FromString(r->code);
             if (code == NULL) goto done;
             PyList_SET_ITEM(codes, i, code);
             PyList_SET_ITEM(copies, i, Py_NewRef(Py_None));
             continue;
         }
         PyList_SET_ITEM(codes, i, Py_NewRef(Py_None));
-        const unsigned char *k = (const unsigned char *)PyBytes_AS_STRING(key);
-        PyObject *copy = delivery_copy_one(body, (long long)be64(k), now_ms);
-        if (copy == NULL) goto done;
+        if (r->copy_len >= 0) {
+            copy = PyBytes_FromStringAndSize((const char *)copies_buf + r->copy_at, r->copy_len);
+            if (copy == NULL) goto done;
+        } else {
+            copy = Py_NewRef(Py_None);
+        }
         PyList_SET_ITEM(copies, i, copy);
     }
     result = Py_BuildValue("(nOOOO)", cut, sizes, bodies, copies, codes);
 done:
     PyMem_Free(e);
     PyMem_Free(buf);
+    PyMem_Free(copies_buf);
     Py_XDECREF(sizes);
     Py_XDECREF(bodies);
     Py_XDECREF(copies);

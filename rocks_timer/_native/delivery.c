@@ -76,13 +76,12 @@ static int keys_normalised(const entry_t *e) {
 
 #define MAX_ENTRIES 64
 
-/* The prepared record of one value, or Py_None (new reference) when the reference must
- * decide. */
-PyObject *delivery_copy_one(PyObject *value, long long due_ms, long long now_ms) {
-    if (!PyBytes_Check(value)) Py_RETURN_NONE;
-    const unsigned char *v = (const unsigned char *)PyBytes_AS_STRING(value);
-    Py_ssize_t len = PyBytes_GET_SIZE(value);
-    if (len < VALUE_HEADER || v[0] != VALUE_VERSION || v[1] != 0 || (v[2] & ~3)) Py_RETURN_NONE;
+/* The prepared record of the value ``v`` (``len`` bytes): its length, and written at ``out`` when
+ * ``out`` is not NULL and ``cap`` holds it; -1 when the reference must decide. No Python objects:
+ * the claim calls it with the GIL released. */
+Py_ssize_t delivery_copy_into(const unsigned char *v, Py_ssize_t len, long long due_ms,
+                              long long now_ms, unsigned char *out, Py_ssize_t cap) {
+    if (len < VALUE_HEADER || v[0] != VALUE_VERSION || v[1] != 0 || (v[2] & ~3)) return -1;
     int present = v[2];
     int32_t queue_id = (int32_t)get32(v + 3), flag = (int32_t)get32(v + 7);
     int64_t born_ms = (int64_t)get64(v + 11);
@@ -91,38 +90,38 @@ PyObject *delivery_copy_one(PyObject *value, long long due_ms, long long now_ms)
     uint32_t props_len = get32(v + 24), body_len = get32(v + 28), stored_len = get32(v + 32);
     if (topic_len == 0 || body_len != stored_len ||
         (uint64_t)len != (uint64_t)VALUE_HEADER + topic_len + props_len + stored_len)
-        Py_RETURN_NONE;
+        return -1;
     const unsigned char *topic = v + VALUE_HEADER, *props = topic + topic_len;
     const unsigned char *body = props + props_len;
     for (Py_ssize_t i = 0; i < topic_len; i++)
-        if (topic[i] < 0x20 || topic[i] >= 0x80) Py_RETURN_NONE;
+        if (topic[i] < 0x20 || topic[i] >= 0x80) return -1;
     entry_t entries[MAX_ENTRIES];
     Py_ssize_t count = split_props(props, props_len, entries, MAX_ENTRIES);
-    if (count < 0) Py_RETURN_NONE;
+    if (count < 0) return -1;
     const entry_t *uniq = NULL, *tags = NULL;
     for (Py_ssize_t i = 0; i < count; i++) {
         const entry_t *e = &entries[i];
-        if (names_equal(e, "TIMER_OUT_MS") || names_equal(e, "TIMER_DEQUEUE_MS")) Py_RETURN_NONE;
+        if (names_equal(e, "TIMER_OUT_MS") || names_equal(e, "TIMER_DEQUEUE_MS")) return -1;
         if (names_equal(e, "UNIQ_KEY")) {
             for (Py_ssize_t j = 0; j < e->value_len; j++)
-                if (e->value[j] >= 'a' && e->value[j] <= 'z') Py_RETURN_NONE;
+                if (e->value[j] >= 'a' && e->value[j] <= 'z') return -1;
             uniq = e;
         } else if (names_equal(e, "TAGS")) {
             tags = e;
         } else if (names_equal(e, "KEYS") && !keys_normalised(e)) {
-            Py_RETURN_NONE;
+            return -1;
         }
     }
-    if (uniq == NULL) Py_RETURN_NONE;
+    if (uniq == NULL) return -1;
 
     if (topic_len > 127 ||
         (topic_len == 19 && memcmp(topic, "SCHEDULE_TOPIC_XXXX", 19) == 0))
-        Py_RETURN_NONE;
-    char extra[96];
+        return -1;
+    char extra[DELIVERY_EXTRA_MAX];
     int extra_len = snprintf(extra, sizeof extra,
                              "TIMER_OUT_MS\x01%lld\x02TIMER_DEQUEUE_MS\x01%lld\x02", due_ms, now_ms);
     Py_ssize_t all_props = (Py_ssize_t)props_len + extra_len;
-    if (all_props > 65535) Py_RETURN_NONE;
+    if (all_props > 65535) return -1;
     int64_t tags_code = 0;
     if (tags != NULL) { /* Java's String.hashCode; the value is ASCII */
         uint32_t h = 0;
@@ -130,9 +129,8 @@ PyObject *delivery_copy_one(PyObject *value, long long due_ms, long long now_ms)
         tags_code = (int32_t)h;
     }
     Py_ssize_t size = RECORD_FIXED_SIZE + body_len + topic_len + all_props;
-    PyObject *blob = PyBytes_FromStringAndSize(NULL, size + 9);
-    if (blob == NULL) return NULL;
-    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(blob);
+    if (out == NULL || cap < size + 9) return size + 9;
+    unsigned char *w = out;
     memset(w, 0, 84);
     put32(w, (uint32_t)size);
     put32(w + 4, RECORD_MAGIC);
@@ -155,6 +153,20 @@ PyObject *delivery_copy_one(PyObject *value, long long due_ms, long long now_ms)
     memcpy(w + props_len, extra, extra_len);
     put64(w + all_props, (uint64_t)tags_code);
     w[all_props + 8] = present & PRESENT_BORN_MS ? 0 : 0x01; /* born at the store time */
+    return size + 9;
+}
+
+/* The prepared record of one value, or Py_None (new reference) when the reference must
+ * decide. */
+PyObject *delivery_copy_one(PyObject *value, long long due_ms, long long now_ms) {
+    if (!PyBytes_Check(value)) Py_RETURN_NONE;
+    const unsigned char *v = (const unsigned char *)PyBytes_AS_STRING(value);
+    Py_ssize_t len = PyBytes_GET_SIZE(value);
+    Py_ssize_t size = delivery_copy_into(v, len, due_ms, now_ms, NULL, 0);
+    if (size < 0) Py_RETURN_NONE;
+    PyObject *blob = PyBytes_FromStringAndSize(NULL, size);
+    if (blob == NULL) return NULL;
+    delivery_copy_into(v, len, due_ms, now_ms, (unsigned char *)PyBytes_AS_STRING(blob), size);
     return blob;
 }
 

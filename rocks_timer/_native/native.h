@@ -45,10 +45,22 @@ int pread_full(int fd, unsigned char *buf, Py_ssize_t length, long long offset,
  * or a str code saying why it is refused. New reference. */
 PyObject *vlog_parse_one(const unsigned char *data, Py_ssize_t size, Py_ssize_t at,
                          Py_ssize_t length, PyObject *key);
+/* The same check without Python objects (callable without the GIL): NULL when the record is
+ * good (its value: ``*value_len`` bytes at ``data + *value_at``), else the refusal code. */
+const char *vlog_check(const unsigned char *data, Py_ssize_t size, Py_ssize_t at,
+                       Py_ssize_t length, const unsigned char *key, Py_ssize_t key_size,
+                       Py_ssize_t *value_at, Py_ssize_t *value_len);
 /* delivery.c */
 PyObject *delivery_copies(PyObject *self, PyObject *args);
 /* The prepared record of one timer value, or None (new reference) to leave it to Python. */
 PyObject *delivery_copy_one(PyObject *value, long long due_ms, long long now_ms);
+/* The same without Python objects (callable without the GIL): the prepared record's length,
+ * written at ``out`` when ``out`` is not NULL and ``cap`` holds it; -1 when Python must decide.
+ * A record is never longer than DELIVERY_COPY_BOUND(value length). */
+Py_ssize_t delivery_copy_into(const unsigned char *v, Py_ssize_t len, long long due_ms,
+                              long long now_ms, unsigned char *out, Py_ssize_t cap);
+#define DELIVERY_EXTRA_MAX 96 /* the two delivery properties, both values int64 */
+#define DELIVERY_COPY_BOUND(len) (RECORD_FIXED_SIZE + (len) + DELIVERY_EXTRA_MAX + 9)
 /* claim.c */
 PyObject *claim_batch(PyObject *self, PyObject *args);
 /* routing.c */

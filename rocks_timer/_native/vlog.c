@@ -12,24 +12,37 @@ static uint32_t get32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
 
-/* The record of ``length`` bytes at ``at`` of ``data``: its value (new reference), or the
- * interned-free str code of why it is refused. */
-PyObject *vlog_parse_one(const unsigned char *data, Py_ssize_t size, Py_ssize_t at,
-                           Py_ssize_t length, PyObject *key) {
-    if (at < 0 || length < VLOG_HEADER || at > size || length > size - at)
-        return PyUnicode_FromString("past-end");
+/* Check the record of ``length`` bytes at ``at`` of ``data`` against ``key``: NULL when it is
+ * good (its value is the ``*value_len`` bytes at ``data + *value_at``), else the code of why it
+ * is refused. Pure C: callable without the GIL. */
+const char *vlog_check(const unsigned char *data, Py_ssize_t size, Py_ssize_t at,
+                       Py_ssize_t length, const unsigned char *key, Py_ssize_t key_size,
+                       Py_ssize_t *value_at, Py_ssize_t *value_len) {
+    if (at < 0 || length < VLOG_HEADER || at > size || length > size - at) return "past-end";
     const unsigned char *p = data + at;
-    if (p[0] != VLOG_MAGIC) return PyUnicode_FromString("bad-magic");
+    if (p[0] != VLOG_MAGIC) return "bad-magic";
     Py_ssize_t key_len = (Py_ssize_t)p[1] << 8 | p[2];
-    Py_ssize_t value_len = (Py_ssize_t)get32(p + 3);
-    if (VLOG_HEADER + key_len + value_len != length) return PyUnicode_FromString("bad-length");
+    Py_ssize_t vlen = (Py_ssize_t)get32(p + 3);
+    if (VLOG_HEADER + key_len + vlen != length) return "bad-length";
     uint32_t crc = crc32_update(crc32_update(0, p, 7), p + VLOG_HEADER,
                                 (size_t)(length - VLOG_HEADER));
-    if (crc != get32(p + 7)) return PyUnicode_FromString("bad-crc");
-    if (key_len != PyBytes_GET_SIZE(key) ||
-        memcmp(p + VLOG_HEADER, PyBytes_AS_STRING(key), (size_t)key_len) != 0)
-        return PyUnicode_FromString("other-key");
-    return PyBytes_FromStringAndSize((const char *)p + VLOG_HEADER + key_len, value_len);
+    if (crc != get32(p + 7)) return "bad-crc";
+    if (key_len != key_size || memcmp(p + VLOG_HEADER, key, (size_t)key_len) != 0)
+        return "other-key";
+    *value_at = at + VLOG_HEADER + key_len;
+    *value_len = vlen;
+    return NULL;
+}
+
+/* The record's value (new reference), or the str code of why it is refused. */
+PyObject *vlog_parse_one(const unsigned char *data, Py_ssize_t size, Py_ssize_t at,
+                         Py_ssize_t length, PyObject *key) {
+    Py_ssize_t value_at = 0, value_len = 0;
+    const char *code = vlog_check(data, size, at, length,
+                                  (const unsigned char *)PyBytes_AS_STRING(key),
+                                  PyBytes_GET_SIZE(key), &value_at, &value_len);
+    if (code != NULL) return PyUnicode_FromString(code);
+    return PyBytes_FromStringAndSize((const char *)data + value_at, value_len);
 }
 
 /* vlog_parse(data, items) -> list: ``items`` is a list of (at, length, key bytes); each result
