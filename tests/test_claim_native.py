@@ -26,8 +26,17 @@ entries = st.lists(st.tuples(st.integers(0, 40), st.binary(max_size=200),
                    min_size=0, max_size=12)
 
 
-def build(tmp_path, specs, vlog: bool):
+def build(tmp_path, specs, vlog: bool, rng=None):
+    """Index entries for ``specs``; with ``rng`` the records sit in the segment in a shuffled
+    order with gaps of 0-6,000 bytes (some reads share a run, some do not), and a ``past-end``
+    record may instead run over the end of the file."""
     keys, values, data = [], [], b""
+    places: dict[int, int] = {}
+    if rng is not None:
+        for n in rng.sample(range(len(specs)), len(specs)):
+            data += bytes(rng.choice([0, 0, 1, 100, 4000, 6000]))
+            places[n] = len(data)
+            data += bytes(1000)  # room for its record (at most ~500 bytes)
     for n, (delta, body, damage) in enumerate(specs):
         key = K.encode_key(TimerKey(NOW - delta, "orders", f"{n:032X}"))
         value = encode_value(Message("orders", body, msg_id=f"{n:032X}", born_ms=NOW - 99), 64)
@@ -37,8 +46,14 @@ def build(tmp_path, specs, vlog: bool):
             record = S.frame(key if damage != "other-key" else key[:-1] + b"\xff", value)
             if damage == "flip":
                 record = record[:-1] + bytes([record[-1] ^ 1])
-            offset = len(data) + (10 ** 6 if damage == "past-end" else 0)
-            data += record
+            if n in places:
+                offset = places[n]
+                data = data[:offset] + record + data[offset + len(record):]
+                if damage == "past-end":
+                    offset = len(data) - len(record) // 2 if rng.random() < 0.5 else 10 ** 6
+            else:
+                offset = len(data) + (10 ** 6 if damage == "past-end" else 0)
+                data += record
             segment = 9 if damage == "missing" else 1
             pointer = I.encode_pointer(segment, offset, len(record), 0, len(body), None)
             value = pointer[:10] if damage == "short" else pointer
@@ -58,6 +73,20 @@ def test_native_claim_batch_matches_the_reference(tmp_path_factory, specs, vlog,
         fds = {1: fd} if vlog else None
         native = claim_codec._native_claim(keys, values, fds, max_bytes, NOW)
         assert native == claim_codec.claim_batch_py(keys, values, fds, max_bytes, NOW)
+    finally:
+        os.close(fd)
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries, st.integers(1, 40_000), st.randoms(use_true_random=False))
+def test_native_reads_in_file_order_in_runs(tmp_path_factory, specs, max_bytes, rng):
+    """Records scattered through the segment in another order than the keys, near each other
+    or not, some running past its end: the runs the native claim reads give the same results."""
+    keys, values, path = build(tmp_path_factory.mktemp("claim"), specs, True, rng)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        native = claim_codec._native_claim(keys, values, {1: fd}, max_bytes, NOW)
+        assert native == claim_codec.claim_batch_py(keys, values, {1: fd}, max_bytes, NOW)
     finally:
         os.close(fd)
 

@@ -6,6 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb import layout as layout_mod
 from rocks_timer.timer.rocksdb import segments as S
 
 native = pytest.importorskip("rocks_timer._native.codec")
@@ -67,3 +69,28 @@ def test_every_refusal_has_a_reason():
 def test_native_framing_matches_the_reference(pairs):
     keys, values = [k for k, _ in pairs], [v for _, v in pairs]
     assert native.vlog_frame(keys, values) == S.frame_many_py(keys, values)
+
+
+index_values = st.lists(st.one_of(
+    st.none(),
+    st.binary(max_size=40),  # inline values, short or odd pointers among them
+    st.builds(lambda seg, offset, length, extra: I.encode_pointer(seg, offset, length, 0, 1, None)
+              + extra, st.integers(0, 3), st.integers(0, 2**40), st.integers(0, 2**32 - 1),
+              st.binary(max_size=4))), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(index_values, st.dictionaries(st.integers(0, 3),
+                                     st.tuples(st.integers(-5, 5), st.integers(-9, 9)),
+                                     max_size=3))
+def test_native_drop_pointers_matches_the_reference(values, start):
+    """The liveness deltas of pointers leaving the index: same counts, same dict, same order."""
+    ours = {seg: list(pair) for seg, pair in start.items()}
+    theirs = {seg: list(pair) for seg, pair in start.items()}
+    assert native.drop_pointers(ours, values) == layout_mod.drop_pointers_py(theirs, values)
+    assert ours == theirs and list(ours) == list(theirs)
+
+
+def test_drop_pointers_refuses_what_is_not_bytes():
+    with pytest.raises(TypeError):
+        native.drop_pointers({}, ["not bytes"])

@@ -29,6 +29,8 @@ static PyMethodDef methods[] = {
     {"crc32", crc32, METH_O, "CRC32 (IEEE, as zlib.crc32) of a bytes-like object."},
     {"vlog_frame", vlog_frame, METH_VARARGS,
      "Value-segment records of (key, value) pairs, back to back, and their lengths."},
+    {"drop_pointers", drop_pointers, METH_VARARGS,
+     "drop_pointers(changes, index_values): the liveness deltas of pointers leaving the index."},
     {"vlog_parse", vlog_parse, METH_VARARGS,
      "Check and split value-segment records read in one buffer: a value or an error each."},
     {"route_common", route_common, METH_VARARGS,

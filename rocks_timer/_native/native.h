@@ -37,6 +37,7 @@ uint32_t crc32_update(uint32_t seed, const unsigned char *p, size_t n);
 /* vlog.c */
 PyObject *vlog_parse(PyObject *self, PyObject *args);
 PyObject *vlog_frame(PyObject *self, PyObject *args);
+PyObject *drop_pointers(PyObject *self, PyObject *args);
 /* Read ``length`` bytes at ``offset`` (fewer where the file ends: ``*got``); 0 or an errno.
  * Call without the GIL. */
 int pread_full(int fd, unsigned char *buf, Py_ssize_t length, long long offset,

@@ -147,3 +147,84 @@ int pread_full(int fd, unsigned char *buf, Py_ssize_t length, long long offset,
     }
     return 0;
 }
+
+/* drop_pointers(changes, index_values) -> int: for every index value that is a pointer
+ * (version byte, at least POINTER_SIZE bytes), one record and its length leave its segment:
+ * ``changes[segment]`` (a list [count, bytes]) goes down by 1 and by the length, made as
+ * [-1, -length] when absent. None and inline values are skipped. Returns how many pointers it
+ * dropped. Reference: drop_pointers_py in rocks_timer/timer/rocksdb/layout.py
+ * (tests/test_segments_native.py). */
+#define POINTER_SIZE 27
+#define POINTER_VERSION 0x81
+
+static int add_to(PyObject *entry, Py_ssize_t at, long long delta) {
+    PyObject *old = PyList_GET_ITEM(entry, at);
+    PyObject *step = PyLong_FromLongLong(delta);
+    if (step == NULL) return -1;
+    PyObject *sum = PyNumber_Add(old, step);
+    Py_DECREF(step);
+    if (sum == NULL) return -1;
+    PyList_SET_ITEM(entry, at, sum);
+    Py_DECREF(old);
+    return 0;
+}
+
+PyObject *drop_pointers(PyObject *self, PyObject *args) {
+    PyObject *changes, *values;
+    if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &changes, &values)) return NULL;
+    PyObject *seq = PySequence_Fast(values, "drop_pointers: index values must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), dropped = 0;
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    /* runs of the same segment are summed in C and added to its entry once */
+    long long seg = -1, count = 0, bytes = 0;
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        long long this_seg = -1, length = 0;
+        if (i < n) {
+            PyObject *v = items[i];
+            if (v == Py_None) continue;
+            if (!PyBytes_Check(v)) {
+                PyErr_SetString(PyExc_TypeError, "drop_pointers: index values must be bytes");
+                goto fail;
+            }
+            const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(v);
+            if (PyBytes_GET_SIZE(v) < POINTER_SIZE || p[0] != POINTER_VERSION) continue;
+            this_seg = get32(p + 1);
+            length = get32(p + 13);
+            dropped++;
+            if (this_seg == seg) {
+                count++;
+                bytes += length;
+                continue;
+            }
+        }
+        if (seg >= 0) { /* flush the run of ``seg`` */
+            PyObject *key = PyLong_FromLongLong(seg);
+            if (key == NULL) goto fail;
+            PyObject *entry = PyDict_GetItemWithError(changes, key);
+            if (entry == NULL) {
+                if (PyErr_Occurred()) { Py_DECREF(key); goto fail; }
+                entry = Py_BuildValue("[LL]", -count, -bytes);
+                int bad = entry == NULL || PyDict_SetItem(changes, key, entry) < 0;
+                Py_XDECREF(entry);
+                Py_DECREF(key);
+                if (bad) goto fail;
+            } else {
+                Py_DECREF(key);
+                if (!PyList_Check(entry) || PyList_GET_SIZE(entry) != 2) {
+                    PyErr_SetString(PyExc_TypeError, "drop_pointers: entries must be [count, bytes]");
+                    goto fail;
+                }
+                if (add_to(entry, 0, -count) < 0 || add_to(entry, 1, -bytes) < 0) goto fail;
+            }
+        }
+        seg = this_seg;
+        count = 1;
+        bytes = length;
+    }
+    Py_DECREF(seq);
+    return PyLong_FromSsize_t(dropped);
+fail:
+    Py_DECREF(seq);
+    return NULL;
+}

@@ -52,17 +52,20 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int,
         add_key, add_value = keys.append, values.append
         try:
             it.seek(store._claim_cursor)
-            # every in-flight key sorts below the claim cursor (claims advance it), so the
-            # check below never skips one; it stays as a guard, at one set lookup a key
-            while valid() and len(keys) < max_messages:
-                raw = key_of()
-                if raw not in in_flight:
-                    add_key(raw)
-                    add_value(value_of())
+            for _ in range(max_messages):
+                if not valid():
+                    break
+                add_key(key_of())
+                add_value(value_of())
                 step()
             check_iterator(it, f"timer store {store.path} claim")  # never a silent early end
         finally:
             del it, key_of, value_of, step, valid
+        # every in-flight key sorts below the claim cursor (claims advance it), so none is
+        # read again; this stays as a guard (one C-level pass, not a lookup per key in Python)
+        if in_flight and not in_flight.keys().isdisjoint(keys):
+            kept = [i for i, raw in enumerate(keys) if raw not in in_flight]
+            keys, values = [keys[i] for i in kept], [values[i] for i in kept]
         store._backlog = len(keys) >= max_messages  # more may be due now (maint)
         if not keys:
             return []
