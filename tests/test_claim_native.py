@@ -28,7 +28,7 @@ entries = st.lists(st.tuples(st.integers(0, 40), st.binary(max_size=200),
 
 def build(tmp_path, specs, vlog: bool, rng=None):
     """Index entries for ``specs``; with ``rng`` the records sit in the segment in a shuffled
-    order with gaps of 0-6,000 bytes (some reads share a run, some do not), and a ``past-end``
+    order with gaps of 0-6,000 bytes between them, and a ``past-end``
     record may instead run over the end of the file."""
     keys, values, data = [], [], b""
     places: dict[int, int] = {}
@@ -79,9 +79,9 @@ def test_native_claim_batch_matches_the_reference(tmp_path_factory, specs, vlog,
 
 @settings(max_examples=200, deadline=None)
 @given(entries, st.integers(1, 40_000), st.randoms(use_true_random=False))
-def test_native_reads_in_file_order_in_runs(tmp_path_factory, specs, max_bytes, rng):
+def test_native_reads_scattered_records(tmp_path_factory, specs, max_bytes, rng):
     """Records scattered through the segment in another order than the keys, near each other
-    or not, some running past its end: the runs the native claim reads give the same results."""
+    or not, some running past its end: the native claim reads each as its reference does."""
     keys, values, path = build(tmp_path_factory.mktemp("claim"), specs, True, rng)
     fd = os.open(path, os.O_RDONLY)
     try:

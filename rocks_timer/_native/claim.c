@@ -20,11 +20,6 @@
 #define POINTER_SIZE 27
 #define POINTER_VERSION 0x81
 #define KEY_FIXED 25 /* due 8 + topic length 1 + id 16 */
-/* Segment records are read in file order, and records at most READ_GAP bytes apart share one
- * pread of at most READ_RUN bytes: the records of messages sent together and due together sit
- * side by side, and one call reads them all. */
-#define READ_GAP 4096
-#define READ_RUN (256 * 1024)
 
 static uint32_t be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
@@ -37,56 +32,12 @@ static int64_t be64(const unsigned char *p) {
 typedef struct {
     int pointer, fd, read_refused;
     long long offset;
-    Py_ssize_t size, at, got, run;
+    Py_ssize_t size, at, got;
     const char *code;
     const unsigned char *key, *value; /* the value: the index's bytes, or read from a segment */
     Py_ssize_t key_len, value_len;
     Py_ssize_t copy_at, copy_len;      /* the prepared record in the copy buffer; -1: none */
 } entry_t;
-
-typedef struct {
-    int fd;
-    long long offset;
-    Py_ssize_t entry;
-} read_t; /* a pointer entry, in file order */
-
-typedef struct {
-    int fd;
-    long long offset;
-    Py_ssize_t at, length, got; /* its bytes in the read buffer */
-} run_t;
-
-static int read_order(const void *a, const void *b) {
-    const read_t *x = a, *y = b;
-    if (x->fd != y->fd) return x->fd < y->fd ? -1 : 1;
-    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
-    return x->entry < y->entry ? -1 : x->entry > y->entry;
-}
-
-/* Group the ``count`` pointer entries of ``order`` into runs (see READ_GAP), each read into
- * its own part of the buffer; sets each entry's ``run`` and ``at`` (where its record lands).
- * Returns the run count; ``*total`` is the buffer size. */
-static Py_ssize_t plan_reads(entry_t *e, read_t *order, Py_ssize_t count, run_t *runs,
-                             Py_ssize_t *total) {
-    qsort(order, (size_t)count, sizeof(read_t), read_order);
-    Py_ssize_t nruns = 0, at = 0;
-    for (Py_ssize_t j = 0; j < count; j++) {
-        entry_t *r = &e[order[j].entry];
-        run_t *run = nruns ? &runs[nruns - 1] : NULL;
-        long long end = r->offset + r->size;
-        if (run == NULL || run->fd != r->fd || r->offset > run->offset + run->length + READ_GAP ||
-            end - run->offset > READ_RUN) {
-            run = &runs[nruns++];
-            *run = (run_t){r->fd, r->offset, at, 0, 0};
-        }
-        if (end - run->offset > run->length) run->length = (Py_ssize_t)(end - run->offset);
-        r->run = nruns - 1;
-        r->at = run->at + (Py_ssize_t)(r->offset - run->offset);
-        at = run->at + run->length;
-    }
-    *total = at;
-    return nruns;
-}
 
 PyObject *claim_batch(PyObject *self, PyObject *args) {
     PyObject *keys, *values, *fds;
@@ -102,9 +53,6 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
     entry_t *e = PyMem_Calloc(n + 1, sizeof(entry_t));
     if (e == NULL) return PyErr_NoMemory();
     unsigned char *buf = NULL, *copies_buf = NULL;
-    read_t *order = NULL;
-    run_t *runs = NULL;
-    Py_ssize_t reads = 0;
     PyObject *sizes = NULL, *bodies = NULL, *copies = NULL, *codes = NULL, *result = NULL;
     Py_ssize_t cut = 0, used = 0, total = 0;
     for (; cut < n; cut++) {
@@ -145,7 +93,8 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
             r->fd = (int)PyLong_AsLong(fd);
             if (r->fd == -1 && PyErr_Occurred()) goto done;
             if (r->offset < 0 || r->size < 0) { r->code = "past-end"; continue; }
-            reads++;
+            r->at = total;
+            total += r->size;
         }
     }
     /* room for every prepared record: a copy is never longer than the bound of its value,
@@ -162,12 +111,6 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
         r->copy_len = -1;
         if (r->code == NULL) copy_total += DELIVERY_COPY_BOUND(r->pointer ? r->size : r->value_len);
     }
-    order = PyMem_Malloc((reads ? reads : 1) * sizeof(read_t));
-    runs = PyMem_Malloc((reads ? reads : 1) * sizeof(run_t));
-    if (order == NULL || runs == NULL) { PyErr_NoMemory(); goto done; }
-    for (Py_ssize_t i = 0, j = 0; i < cut; i++)
-        if (e[i].pointer && e[i].code == NULL) order[j++] = (read_t){e[i].fd, e[i].offset, i};
-    Py_ssize_t nruns = plan_reads(e, order, reads, runs, &total);
     buf = PyMem_Malloc(total ? total : 1);
     copies_buf = PyMem_Malloc(copy_total ? copy_total : 1);
     if (buf == NULL || copies_buf == NULL) { PyErr_NoMemory(); goto done; }
@@ -176,15 +119,9 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
      * record, check it (magic, length, CRC, key), and write each prepared record. The keys and
      * index values are bytes the lists hold, so their buffers stay put. */
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = 0; k < nruns && !err; k++)
-        err = pread_full(runs[k].fd, buf + runs[k].at, runs[k].length, runs[k].offset,
-                         &runs[k].got);
-    for (Py_ssize_t i = 0; i < cut && !err; i++) {
-        entry_t *r = &e[i];
-        if (!r->pointer || r->code != NULL) continue;
-        Py_ssize_t within = r->at - runs[r->run].at, left = runs[r->run].got - within;
-        r->got = left < 0 ? 0 : left < r->size ? left : r->size; /* short where the file ends */
-    }
+    for (Py_ssize_t i = 0; i < cut && !err; i++)
+        if (e[i].pointer && e[i].code == NULL)
+            err = pread_full(e[i].fd, buf + e[i].at, e[i].size, e[i].offset, &e[i].got);
     for (Py_ssize_t i = 0; i < cut && !err; i++) {
         entry_t *r = &e[i];
         if (r->code != NULL) continue;
@@ -248,8 +185,6 @@ done:
     PyMem_Free(e);
     PyMem_Free(buf);
     PyMem_Free(copies_buf);
-    PyMem_Free(order);
-    PyMem_Free(runs);
     Py_XDECREF(sizes);
     Py_XDECREF(bodies);
     Py_XDECREF(copies);
