@@ -29,7 +29,7 @@ from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, is_data_dir_o
                                  private_dir, release_owner_only_umask, tighten)
 from rocks_timer.routing import route, route_batch
 from rocks_timer.timer.deliverer import Deliverer
-from rocks_timer.timer.store import ScanPage, TimerRecord, TimerStore
+from rocks_timer.timer.store import ScanPage, TimerStore, maker, new_timer_record
 
 log = logging.getLogger(__name__)
 _RETENTION_EVERY_MS = 10_000
@@ -47,6 +47,8 @@ class SendResult(NamedTuple):
     queue_id: int
     route: str  # "immediate", "level" or the timer engine's name
 
+
+_new_send_result = maker(SendResult)
 
 def _open_timer_store(root: Path, config: BrokerConfig, messages: MessageStore) -> TimerStore:
     if config.timer_engine == "memory":
@@ -202,10 +204,13 @@ class Broker(KeyedOperations):
     def _schedule_routed(self, routes: list, now_ms: int) -> list[SendResult]:
         """Timer messages (validated and routed) into the timer engine, in one batch."""
         timer = self.timer
-        scheduled = timer.schedule([TimerRecord(r.due_ms, r.message) for r in routes], now_ms)
+        messages = [r.message for r in routes]
+        dues = [r.due_ms for r in routes]
+        scheduled = timer.schedule(list(map(new_timer_record, zip(dues, messages))), now_ms)
         name, wake_at = timer.name, self._wake_at_ms
-        results = [SendResult(m.msg_id, s.handle, r.due_ms, m.topic, m.queue_id or 0, name)
-                   for r, s, m in zip(routes, scheduled, [r.message for r in routes])]
+        results = list(map(_new_send_result, [
+            (m.msg_id, s.handle, due, m.topic, m.queue_id or 0, name)
+            for due, s, m in zip(dues, scheduled, messages)]))
         self.sent["timer"] += len(routes)
         if any([s.key_due_ms < wake_at for s in scheduled]):
             self._wake.set()

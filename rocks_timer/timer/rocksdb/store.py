@@ -56,6 +56,7 @@ from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, res
 from rocks_timer.timer.rocksdb.duecount import DueCounters
 from rocks_timer.timer.rocksdb.keyindex import IndexChanges
 from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats, TimerKey,
+                                     new_scheduled,
                                      TimerRecord)
 from rocks_timer.timer.schedule_codec import encode_schedule
 
@@ -275,7 +276,7 @@ class RocksTimerStore(KeyedRocksOps):
                           for m in [r.message for r in records]]
                 layout.schedule_vlog(self, raw_keys, values, now_ms, batch, fields, olds,
                                      changes, added, key_dues)
-                return list(map(Scheduled, handles, key_dues))
+                return list(map(new_scheduled, zip(handles, key_dues)))
             put, timer_h = batch.put, self._timer_h
             for raw, value in zip(raw_keys, values):
                 put(raw, value, timer_h)
@@ -285,7 +286,7 @@ class RocksTimerStore(KeyedRocksOps):
             self._db.write(batch, self._write_opts)
             keyindex.commit(self, changes, new_counts)
             self._pending += added
-        return list(map(Scheduled, handles, key_dues))
+        return list(map(new_scheduled, zip(handles, key_dues)))
 
     def _old_values(self, raw_keys: list[bytes]) -> dict[bytes, bytes | None]:
         """The stored value of each distinct key of a schedule batch (None: a new key), so
