@@ -15,8 +15,11 @@ coefficient fitted from the measured cells (ratios of sums, so no component can 
   the LSM holds every flushed message in a
   fill-and-drain bench cell, and the pending messages (Little's law) in a steady-state day;
 - ``wheel``: CommitLog timer topic = R x (1 + rolls(delay)) (+ a marker per cancel), TimerLog =
-  52 B x (1 + rolls), slot pages + checkpoint = a_slots x payload (fitted; rate dependent), with
-  rolls(d) the wheel's own roll rule (park at W, or W/2 when overshooting by less than W/3);
+  52 B x (1 + rolls), slot pages = a_slots x 4 KiB x the distinct (flush interval, page) pairs
+  the enqueues touch, simulated from the messages (``spark.wheel_pages``: the send rate, the
+  flush interval and where rolls land decide how many enqueues share a page), + a checkpoint
+  per tick, with rolls(d) the wheel's own roll rule (park at W, or W/2 when overshooting by less
+  than W/3);
 - ``levels``: SCHEDULE_TOPIC_XXXX = a_level x R.
 - ``vlog`` (the RocksDB engine's vlog layout, cells with profile ``vlog``): value segments =
   a_body x payload (written once); the index costs bytes per *message*, not per payload byte:
@@ -48,6 +51,7 @@ from typing import Any, Sequence
 
 from bench.workloads import (CANCEL_FRACTION, DAY_MS, DEFAULT_RATE_PER_S, LEVEL_DELAYS_MS, SPECS,
                              workload)
+from spark import wheel_pages
 
 ROLL_WINDOW_MS = 2 * DAY_MS
 WRITE_BUFFER = 64 << 20
@@ -64,7 +68,6 @@ MIN_PINNED_MS = 6 * 3_600_000  # vlog_reclaim_min_pinned_sec of the measured cel
 THETAS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.95)
 MAX_ROLLS = 40
 PAGE = 4096
-PAGE_MS = PAGE // 32 * 100  # one 4 KiB page of 32-byte slots at 100 ms precision
 DEFAULT_MIX = "short=0.5,day=0.3,month=0.1,cancel=0.1"
 
 
@@ -77,14 +80,21 @@ def rolls_for(delay_ms: float, window_ms: int = ROLL_WINDOW_MS) -> int:
     return n
 
 
-def pages_per_message(bin_counts, per_flush: float) -> float:
-    """Wheel slot pages dirtied per enqueued message when ``per_flush`` messages are enqueued
-    between two flushes and their delays fall in 4 KiB pages of slots with these counts:
-    E[distinct pages] = sum over pages of 1 - (1 - q)^k."""
-    counts = list(bin_counts)
-    total = float(sum(counts)) or 1.0
-    k = max(1.0, per_flush)
-    return sum(1 - (1 - c / total) ** k for c in counts) / k
+def cell_pages(name: str, messages: int, body_size: int, seed: int, shards: int = 1) -> float:
+    """Wheel slot pages dirtied per message by a measured cell of ``messages`` operations split
+    over ``shards`` stores (operation i in store i mod shards), as the benchmark harness drove
+    it (``spark.wheel_pages``)."""
+    import numpy as np
+    from bench.harness import STEPS_MS
+    ops = list(workload(name, messages, body_size, seed))
+    send = np.fromiter((op.send_ms for op in ops), dtype=np.int64, count=len(ops))
+    delay = np.fromiter((op.delay_ms for op in ops), dtype=np.int64, count=len(ops))
+    cancel = np.fromiter((op.cancel for op in ops), dtype=bool, count=len(ops))
+    step = STEPS_MS[name][0]
+    pages = sum(wheel_pages.cell_pages_per_message(send[s::shards], delay[s::shards],
+                                                   cancel[s::shards], step)
+                * len(send[s::shards]) for s in range(shards))
+    return pages / max(1, len(ops))
 
 
 def memtable_lifetime_ms(rate_per_s: float, payload: float) -> float:
@@ -115,16 +125,15 @@ def peak_pending_fraction(name: str, messages: int, body_size: int, seed: int) -
 
 def workload_features(name: str, body_size: int, seed: int = 7, sample: int = 20_000,
                       rate_per_s: float = DEFAULT_RATE_PER_S, overhead: float = 80.0,
-                      messages: int | None = None, shards: int = 1) -> dict[str, float]:
+                      messages: int | None = None, shards: int = 1,
+                      wheel: bool = False) -> dict[str, float]:
     """Mean per-message features of a measured workload, from a sample of its delays, and the
-    compaction depth of one store (``messages`` split over ``shards`` brokers)."""
+    compaction depth of one store (``messages`` split over ``shards`` brokers); with ``wheel``,
+    the slot pages its wheel cells dirtied, simulated from every operation of the cell."""
     ops = list(workload(name, sample, body_size, seed))
     payload = body_size + overhead
     life = memtable_lifetime_ms(rate_per_s, payload)
     n = len(ops)
-    bins: dict[int, int] = {}
-    for op in ops:
-        bins[op.delay_ms // PAGE_MS] = bins.get(op.delay_ms // PAGE_MS, 0) + 1
     total = messages or sample
     long = sum(op.delay_ms > life for op in ops if not op.cancel) / n
     pending = peak_pending_fraction(name, total, body_size, seed) * total * payload / shards
@@ -136,7 +145,7 @@ def workload_features(name: str, body_size: int, seed: int = 7, sample: int = 20
                                                  THETA)),
             "ilong": sum(op.delay_ms > index_life for op in ops if not op.cancel) / n,
             "ilevels": compaction_levels(long * total * INDEX_ENTRY / shards),
-            "pages": pages_per_message(bins.values(), rate_per_s),
+            "pages": cell_pages(name, total, body_size, seed, shards) if wheel else 0.0,
             "cancel": sum(op.cancel for op in ops) / n,
             "rolls": sum(rolls_for(op.delay_ms) for op in ops if not op.cancel) / n,
             "long": long, "levels": compaction_levels(flushed), "pending_bytes": pending,
@@ -364,12 +373,15 @@ def project(spark, coef: dict[str, Any], n: int, mix: dict[str, float], body_siz
                  F.sum(rolls).alias("rolls"), F.sum(long).alias("long"),
                  F.sum(F.col("delay_ms") * (1 - cancel)).alias("delay_ms_sum")).first()
     count = agg["n"]
-    bins = (df.where(~F.col("cancelled"))
-            .groupBy(F.floor(F.col("delay_ms") / PAGE_MS).alias("page")).count().collect())
+    # a minute of the day's sends (at least 20,000), every enqueue of theirs, one flush a second
+    minute = df.sample(False, min(1.0, max(20_000, rate * 60) / count), seed + 3) \
+        .select("delay_ms", "cancelled").toPandas()
+    pages = wheel_pages.steady_pages_per_message(minute["delay_ms"].to_numpy().astype("int64"),
+                                                 minute["cancelled"].to_numpy(dtype=bool), rate)
     pending_bytes = agg["delay_ms_sum"] / 86_400_000 * payload  # Little's law, steady state
     means = {"cancel": agg["cancelled"] / count, "rolls": agg["rolls"] / count,
              "long": agg["long"] / count,
-             "pages": pages_per_message((r["count"] for r in bins), rate),
+             "pages": pages,
              "ticks_per_msg": 86_400 / count,  # one wheel flush per second
              "levels": compaction_levels(pending_bytes), "lsm_gb": pending_bytes / 1e9}
     vlog_means, theta_table = vlog_features(df, rate, pending_bytes / payload, payload)
@@ -519,9 +531,12 @@ def run(spark, args: argparse.Namespace | Sequence[str]) -> dict[str, Path]:
     for i, row in cells.iterrows():
         key = f"{row['workload']}/{row['body_size']}B/{row['messages']}/{row['shards']}"
         if key not in features:
+            wheel = bool(((cells["engine"] == "wheel") & (cells["workload"] == row["workload"])
+                          & (cells["messages"] == row["messages"])
+                          & (cells["shards"] == row["shards"])).any())
             features[key] = workload_features(
                 row["workload"], int(row["body_size"]), int(row["seed"]), overhead=overhead,
-                messages=int(row["messages"]), shards=int(row["shards"]))
+                messages=int(row["messages"]), shards=int(row["shards"]), wheel=wheel)
         for name, value in features[key].items():
             cells.loc[i, f"f_{name}"] = value
     coef = fit(cells)
