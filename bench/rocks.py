@@ -94,18 +94,10 @@ def raw_writebatch(path, keys, values, batch, profile: str) -> float:
     return elapsed
 
 
-def timed_drain(broker: Broker, n: int) -> float:
-    """Seconds of ``tick`` until ``n`` messages have reached their topics."""
-    start = time.perf_counter()
-    delivered = 0
-    while delivered < n:
-        delivered += broker.tick()
-    return time.perf_counter() - start
-
-
 def bench_layouts(n: int, runs: int) -> dict:
     """The two layouts of the RocksDB engine in one run, interleaved: ``schedule`` in batches
-    of 100 and delivery into the CommitLog (due messages drained by ``Broker.tick``)."""
+    of 100 and delivery into the CommitLog (due messages drained by the broker's own delivery
+    loop with default settings, as in production and as ``bench_deliver`` and the bursts)."""
     times: dict[str, dict[str, list[float]]] = {
         layout: {"send": [], "deliver": []} for layout in ("inline", "vlog")}
     for run in range(runs):
@@ -113,16 +105,14 @@ def bench_layouts(n: int, runs: int) -> dict:
             recs = records(n, 4 + run)
             with scratch_dir(prefix=f"layout-{layout}-") as d:
                 clock = ManualClock(T0)
-                broker = Broker.open(d / "b", BrokerConfig(
-                    rocksdb_layout=layout, timer_deliver_batch=2000, timer_max_in_flight=4000),
-                    clock=clock)
+                broker = Broker.open(d / "b", BrokerConfig(rocksdb_layout=layout), clock=clock)
                 with settled_gc():
                     start = time.perf_counter()
                     for i in range(0, n, 100):
                         broker.timer.schedule(recs[i:i + 100], T0)
                     times[layout]["send"].append(time.perf_counter() - start)
                 clock.set(T0 + 3_700_000)
-                times[layout]["deliver"].append(timed_drain(broker, n))
+                times[layout]["deliver"].append(loop_drain(broker, n))
                 broker.close()
     out: dict = {layout: {f"{what}_msgs_per_s": round(n / median(t)) for what, t in parts.items()}
                  for layout, parts in times.items()}
