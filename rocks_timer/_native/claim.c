@@ -17,8 +17,6 @@
 
 #include "native.h"
 
-#define POINTER_SIZE 27
-#define POINTER_VERSION 0x81
 #define KEY_FIXED 25 /* due 8 + topic length 1 + id 16 */
 
 static uint32_t be32(const unsigned char *p) {

@@ -34,6 +34,10 @@ PyObject *pwrite_all(PyObject *self, PyObject *args);
 PyObject *crc32(PyObject *self, PyObject *arg);
 /* CRC32 (as zlib.crc32(data, seed)) continuing from ``seed``. */
 uint32_t crc32_update(uint32_t seed, const unsigned char *p, size_t n);
+/* An index value of the vlog layout that points into a value segment: a version byte, then at
+ * least POINTER_SIZE bytes in all (rocks_timer/timer/rocksdb/index.py, POINTER). */
+#define POINTER_SIZE 27
+#define POINTER_VERSION 0x81
 /* vlog.c */
 PyObject *vlog_parse(PyObject *self, PyObject *args);
 PyObject *vlog_frame(PyObject *self, PyObject *args);

@@ -154,8 +154,6 @@ int pread_full(int fd, unsigned char *buf, Py_ssize_t length, long long offset,
  * [-1, -length] when absent. None and inline values are skipped. Returns how many pointers it
  * dropped. Reference: drop_pointers_py in rocks_timer/timer/rocksdb/layout.py
  * (tests/test_segments_native.py). */
-#define POINTER_SIZE 27
-#define POINTER_VERSION 0x81
 
 static int add_to(PyObject *entry, Py_ssize_t at, long long delta) {
     PyObject *old = PyList_GET_ITEM(entry, at);

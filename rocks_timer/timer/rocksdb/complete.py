@@ -30,7 +30,7 @@ def complete(store: "RocksTimerStore", records: Sequence[DueRecord],
         changes = IndexChanges()
         if type(records) is ClaimedBatch:
             # keys reconciled already or never claimed here are not in flight: skipped
-            raws = list(dict.fromkeys(raw for raw in records.tokens if raw in in_flight))
+            raws = dict.fromkeys(raw for raw in records.tokens if raw in in_flight)
             if store._keyed:
                 at = {raw: i for i, raw in enumerate(records.tokens)}
                 for raw in raws:
@@ -42,7 +42,7 @@ def complete(store: "RocksTimerStore", records: Sequence[DueRecord],
                     K.encode_key(record.key)
                 if raw in in_flight:
                     found[raw] = record
-            raws = list(found)
+            raws = found
             if store._keyed:
                 for raw, record in found.items():
                     changes.removed(raw, record.message_keys() if type(record) is ClaimedRecord
@@ -55,7 +55,7 @@ def complete(store: "RocksTimerStore", records: Sequence[DueRecord],
             delete(raw, timer_h)
         pending = store._pending - len(raws)
         batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), store._meta_h)
-        batch.put(K.META_CURSOR, store._cursor(without=set(raws)), store._meta_h)
+        batch.put(K.META_CURSOR, store._cursor(without=raws), store._meta_h)
         if commitlog_end is not None:
             batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(commitlog_end),
                       store._meta_h)

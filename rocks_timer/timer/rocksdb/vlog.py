@@ -218,13 +218,9 @@ class ValueLog:
         inline_max = self.inline_max
         if dues is None:
             dues = [K.key_due_ms(key) for key in raw_keys]
-        if len(values) == 1:  # a single send: no grouping to do
-            if len(values[0]) > inline_max:
-                groups[delay_class(dues[0] - now_ms)] = [0]
-        else:
-            for i, value in enumerate(values):
-                if len(value) > inline_max:
-                    groups.setdefault(delay_class(dues[i] - now_ms), []).append(i)
+        for i, value in enumerate(values):
+            if len(value) > inline_max:
+                groups.setdefault(delay_class(dues[i] - now_ms), []).append(i)
         for cls, members in groups.items():
             blob, lengths = S.frame_many([raw_keys[i] for i in members],
                                          [values[i] for i in members])
