@@ -80,23 +80,6 @@ def rolls_for(delay_ms: float, window_ms: int = ROLL_WINDOW_MS) -> int:
     return n
 
 
-def cell_pages(name: str, messages: int, body_size: int, seed: int, shards: int = 1) -> float:
-    """Wheel slot pages dirtied per message by a measured cell of ``messages`` operations split
-    over ``shards`` stores (operation i in store i mod shards), as the benchmark harness drove
-    it (``spark.wheel_pages``)."""
-    import numpy as np
-    from bench.harness import STEPS_MS
-    ops = list(workload(name, messages, body_size, seed))
-    send = np.fromiter((op.send_ms for op in ops), dtype=np.int64, count=len(ops))
-    delay = np.fromiter((op.delay_ms for op in ops), dtype=np.int64, count=len(ops))
-    cancel = np.fromiter((op.cancel for op in ops), dtype=bool, count=len(ops))
-    step = STEPS_MS[name][0]
-    pages = sum(wheel_pages.cell_pages_per_message(send[s::shards], delay[s::shards],
-                                                   cancel[s::shards], step)
-                * len(send[s::shards]) for s in range(shards))
-    return pages / max(1, len(ops))
-
-
 def memtable_lifetime_ms(rate_per_s: float, payload: float) -> float:
     """How long a message must stay pending to be flushed: half the time to fill a memtable
     (a message lands on average half-way through its memtable's life)."""
@@ -145,7 +128,8 @@ def workload_features(name: str, body_size: int, seed: int = 7, sample: int = 20
                                                  THETA)),
             "ilong": sum(op.delay_ms > index_life for op in ops if not op.cancel) / n,
             "ilevels": compaction_levels(long * total * INDEX_ENTRY / shards),
-            "pages": cell_pages(name, total, body_size, seed, shards) if wheel else 0.0,
+            "pages": wheel_pages.cell_pages(name, total, body_size, seed, shards) if wheel
+            else 0.0,
             "cancel": sum(op.cancel for op in ops) / n,
             "rolls": sum(rolls_for(op.delay_ms) for op in ops if not op.cancel) / n,
             "long": long, "levels": compaction_levels(flushed), "pending_bytes": pending,

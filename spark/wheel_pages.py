@@ -62,6 +62,22 @@ def distinct_pages(interval: np.ndarray, slot_ms: np.ndarray) -> int:
     return int(len(np.unique(pairs)))
 
 
+def cell_pages(name: str, messages: int, body_size: int, seed: int, shards: int = 1) -> float:
+    """Pages dirtied per message by a measured cell: workload ``name`` of ``messages``
+    operations split over ``shards`` stores (operation i in store i mod shards), as the
+    benchmark harness drove it."""
+    from bench.harness import STEPS_MS
+    from bench.workloads import workload
+    ops = list(workload(name, messages, body_size, seed))
+    send = np.fromiter((op.send_ms for op in ops), dtype=np.int64, count=len(ops))
+    delay = np.fromiter((op.delay_ms for op in ops), dtype=np.int64, count=len(ops))
+    cancel = np.fromiter((op.cancel for op in ops), dtype=bool, count=len(ops))
+    step = STEPS_MS[name][0]
+    pages = sum(cell_pages_per_message(send[s::shards], delay[s::shards], cancel[s::shards], step)
+                * len(send[s::shards]) for s in range(shards))
+    return pages / max(1, len(ops))
+
+
 def cell_pages_per_message(send_ms: np.ndarray, delay_ms: np.ndarray, cancel: np.ndarray,
                            step_ms: int) -> float:
     """Pages dirtied per message in a benchmark cell: enqueues made while sending flush every

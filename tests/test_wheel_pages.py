@@ -54,5 +54,5 @@ def test_the_count_matches_a_real_wheel_cell(tmp_path, workload):
     """A real wheel broker driven by the benchmark harness flushes exactly the simulated pages
     (within 2%: a flush interval can straddle one of the harness's clock steps)."""
     row = run_cell("wheel", workload, 2_000, body_size=64, workdir=tmp_path)
-    pages = wa_model.cell_pages(workload, 2_000, 64, 7)
+    pages = WP.cell_pages(workload, 2_000, 64, 7)
     assert row["wheel_slots"] == pytest.approx(pages * 2_000 * 4096, rel=0.02)  # 0.0%, 1.3%
