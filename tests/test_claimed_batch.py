@@ -87,3 +87,20 @@ def test_reclaim_waits_while_a_backlog_drains(open_store):
     store.maintain(T0 + 100)
     store.wait_for_maintenance()
     assert store.stats().extra["deletes_since_reclaim"] == 0 and store.pending_count() == 0
+
+
+def test_spans_cover_exactly_what_each_claim_took(open_store):
+    """A claim's span is [its first key, the successor of its last); joining claims keeps
+    every span, a slice has none (it does not hold its claim's whole range)."""
+    store = open_store()
+    store.schedule([rec(i, T0 + 10 + i) for i in range(30)], T0)
+    parts = [store.claim_due(T0 + 100, 10, BIG) for _ in range(3)]
+    for part in parts:
+        assert part.spans == [(part.tokens[0], K.key_successor(part.tokens[-1]))]
+    assert parts[0].spans[0][1] <= parts[1].spans[0][0]  # claims advance: spans never overlap
+    joined = join_records(parts)
+    assert joined.spans == [span for part in parts for span in part.spans]
+    assert parts[0][2:5].spans is None
+    assert ClaimedBatch.join([parts[0], parts[1][1:]]).spans is None
+    store.complete(joined, None)
+    assert store.pending_count() == 0 and store.check()["problems"] == []

@@ -63,9 +63,11 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int,
             del it, key_of, value_of, step, valid
         # every in-flight key sorts below the claim cursor (claims advance it), so none is
         # read again; this stays as a guard (one C-level pass, not a lookup per key in Python)
+        whole = True  # the walk took every key of its range (its span, ClaimedBatch)
         if in_flight and not in_flight.keys().isdisjoint(keys):
             kept = [i for i, raw in enumerate(keys) if raw not in in_flight]
             keys, values = [keys[i] for i in kept], [values[i] for i in kept]
+            whole = False
         store._backlog = len(keys) >= max_messages  # more may be due now (maint)
         if not keys:
             return []
@@ -73,7 +75,7 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int,
         if vlog is not None:
             fds = {sid: seg.file.fd for sid, seg in vlog.segments.items() if seg.file is not None}
         cut, sizes, bodies, copies, codes = claim_batch(keys, values, fds, max_bytes, now_ms)
-        last = keys[cut - 1]
+        first, last = keys[0], keys[cut - 1]
         store._backlog = store._backlog or cut < len(keys)  # the byte budget cut it
         del keys[cut:], values[cut:]
         messages = [None] * cut
@@ -92,7 +94,9 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int,
         else:
             in_flight.update(dict.fromkeys(keys))
         store._claim_cursor = K.key_successor(last)
-    return ClaimedBatch(keys, bodies, sizes, copies, messages)
+        # quarantined keys stay inside the span: they left the timer family already
+        spans = [(first, store._claim_cursor)] if whole else None
+    return ClaimedBatch(keys, bodies, sizes, copies, messages, spans)
 
 
 def _fill_slow_copies(keys, values, bodies, copies, codes, messages, slow, now_ms):

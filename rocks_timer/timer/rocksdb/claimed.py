@@ -6,6 +6,12 @@ CommitLog copy (``copies``) and ``complete`` only its raw key (``tokens``), its 
 record: the batch is a ``Sequence[DueRecord]`` whose items (``ClaimedRecord``, with the key,
 message and handle decoded on first read) are made only when someone indexes or iterates it,
 as tests, the CLI and other engines' callers do.
+
+A claim also records its ``spans``: the key ranges it emptied. The walk takes every key from the
+claim cursor up to its last one, and no key can land below the claim cursor afterwards (``schedule``
+clamps due times to the low watermark), so ``complete`` may forget a whole batch with one range
+delete per claim instead of a point delete per key. A batch whose walk met a key already in flight,
+or a slice of a batch, has no spans (None) and is completed key by key.
 """
 from __future__ import annotations
 
@@ -59,14 +65,15 @@ def distinct_keys(message: Message | None, raw: bytes, value: bytes) -> tuple[st
 class ClaimedBatch(Sequence):
     """Claimed records, column by column: raw keys (``tokens``), stored values (``bodies``),
     sizes, prepared copies and the messages the claim decoded already (None where it did not).
-    Items are ``ClaimedRecord``s, made on first access and kept, so ``batch[0] is batch[0]``."""
+    Items are ``ClaimedRecord``s, made on first access and kept, so ``batch[0] is batch[0]``.
+    ``spans``: the ``[begin, end)`` key ranges holding exactly these records, or None."""
 
-    __slots__ = ("tokens", "bodies", "sizes", "copies", "messages", "_items")
+    __slots__ = ("tokens", "bodies", "sizes", "copies", "messages", "spans", "_items")
 
     def __init__(self, tokens: list[bytes], bodies: list[bytes], sizes: list[int],
-                 copies: list, messages: list):
+                 copies: list, messages: list, spans: list[tuple[bytes, bytes]] | None = None):
         self.tokens, self.bodies, self.sizes = tokens, bodies, sizes
-        self.copies, self.messages = copies, messages
+        self.copies, self.messages, self.spans = copies, messages, spans
         self._items: list[ClaimedRecord | None] | None = None
 
     @classmethod
@@ -74,10 +81,12 @@ class ClaimedBatch(Sequence):
         if len(parts) == 1:
             return parts[0]
         columns = ([], [], [], [], [])
+        spans: list[tuple[bytes, bytes]] | None = []
         for part in parts:
             for column, values in zip(columns, part._columns()):
                 column.extend(values)
-        return cls(*columns)
+            spans = None if spans is None or part.spans is None else spans + part.spans
+        return cls(*columns, spans)
 
     def _columns(self) -> tuple[list, list, list, list, list]:
         return self.tokens, self.bodies, self.sizes, self.copies, self.messages

@@ -1,7 +1,8 @@
 """``complete``: forget delivered records and advance the persisted cursor, in one WriteBatch
-(the keys' deletes, the pending counter, the cursor, the reconcile offset, the value segments'
-liveness rows and the key index). A ``ClaimedBatch`` from this store's claim is completed from
-its columns, without a record object per key.
+(the keys' deletes, as one range delete per claim where the claim allows it; the pending
+counter, the cursor, the reconcile offset, the value segments' liveness rows and the key index).
+A ``ClaimedBatch`` from this store's claim is completed from its columns, without a record
+object per key.
 """
 from __future__ import annotations
 
@@ -50,9 +51,17 @@ def complete(store: "RocksTimerStore", records: Sequence[DueRecord],
         if not store._keyed:
             keyindex.removed_unkeyed(changes, raws)
         batch = WriteBatch(raw_mode=True)
-        delete, timer_h = batch.delete, store._timer_h
-        for raw in raws:
-            delete(raw, timer_h)
+        timer_h = store._timer_h
+        spans = records.spans if type(records) is ClaimedBatch else None
+        if spans is not None and len(raws) == len(records.tokens):
+            # every key of each claimed range is in this batch, and none can land there again
+            # (claimed.py): one range tombstone per claim instead of one tombstone per key
+            for begin, end in spans:
+                batch.delete_range(begin, end, timer_h)
+        else:
+            delete = batch.delete
+            for raw in raws:
+                delete(raw, timer_h)
         pending = store._pending - len(raws)
         batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), store._meta_h)
         batch.put(K.META_CURSOR, store._cursor(without=raws), store._meta_h)
