@@ -12,6 +12,7 @@ from rocks_timer.errors import CorruptRecordError, InvalidMessageError
 from rocks_timer.message import Message
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.histogram import count_in_memory
+from rocks_timer.timer.rocksdb.duecount import expected_counters
 from rocks_timer.timer.store import TimerKey, TimerRecord
 from rocks_support import T0, clock, layout, open_store  # noqa: F401 - fixtures
 from test_keys import dues, msg_ids, timer_keys, topics
@@ -109,4 +110,66 @@ def test_retry_with_other_keys_moves_the_entries(open_store):
     store.schedule([TimerRecord(T0 + 1000, _message(1, ("b",)))], T0)  # same key: a retry
     assert [len(store.find("orders", k)) for k in ("a", "b")] == [0, 1]
     assert store.count_due([(None, None)]) == [1] and store.pending_count() == 1
+    assert store.check()["problems"] == []
+
+
+def _complete(store, due, pending: list[int]) -> None:
+    store.complete(due, None)
+    for record in due:
+        pending.remove(record.key.due_ms)
+
+
+def _counter_rows(store) -> int:
+    return len(store._due.stored())
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.integers(0, 3 * 86_400_000), min_size=1, max_size=120),
+       st.lists(st.integers(1, 40), min_size=1, max_size=30), st.randoms(use_true_random=False))
+def test_counts_stay_exact_while_claims_clear_counters_by_range(tmp_path_factory, offsets, sizes,
+                                                              rnd):
+    """Deliveries clear the counters of whole seconds, hours and days inside their claims by
+    range: sparse due times, claims ending inside a second, claims completed out of order
+    and sends landing meanwhile keep every count equal to brute force and check() clean."""
+    from rocks_timer.timer.rocksdb import RocksTimerStore
+    path = tmp_path_factory.mktemp("cleared")
+    with RocksTimerStore.open(path / "t", BrokerConfig(rocksdb_layout=rnd.choice(
+            ["inline", "vlog"]))) as store:
+        pending = [T0 + off for off in offsets]
+        store.schedule([TimerRecord(due, _message(i)) for i, due in enumerate(pending)], T0)
+        now, held, sent = T0, [], len(pending)
+        ranges = [(None, None), (T0, T0 + 86_400_000), (T0 + 3_600_000, T0 + 7_200_000)]
+        for size in sizes:
+            now += rnd.randrange(0, 12 * 3_600_000)
+            held.append(store.claim_due(now, size, 1 << 40))  # counted until completed
+            if rnd.random() < 0.5:  # a send meanwhile, due in the claimed past: clamped
+                scheduled = store.schedule([TimerRecord(T0, _message(sent))], now)
+                pending.append(scheduled[0].key_due_ms)
+                sent += 1
+            while held and rnd.random() < 0.7:
+                _complete(store, held.pop(rnd.randrange(len(held))), pending)
+            assert store.count_due(ranges) == count_in_memory(pending, ranges)
+        for due in held:
+            _complete(store, due, pending)
+        assert store.count_due(ranges) == count_in_memory(pending, ranges)
+        assert store.pending_count() == len(pending)
+        assert store.check()["problems"] == []
+        assert _counter_rows(store) == len(expected_counters(pending))
+
+
+def test_a_sparse_delivery_clears_its_counters_by_range(open_store):
+    """A claim over many seconds writes a handful of counter changes, not one per second."""
+    store = open_store()
+    store.schedule([TimerRecord(T0 + 1000 * 7 * i, _message(i)) for i in range(2000)], T0)
+    due = store.claim_due(T0 + 1000 * 7 * 1500, 10_000, 1 << 40)
+    assert len(due) == 1501
+    written = []
+    real = store._write
+    store._write = lambda batch: (written.append(batch.len()), real(batch))
+    try:
+        store.complete(due, None)
+    finally:
+        del store._write
+    assert written and written[0] < 30  # was 1501 second + 4 hour/day counter deletes
+    assert store.count_due([(None, None), (T0, T0 + 1000 * 7 * 1501)]) == [499, 0]
     assert store.check()["problems"] == []

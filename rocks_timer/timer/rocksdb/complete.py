@@ -58,6 +58,9 @@ def complete(store: "RocksTimerStore", records: Sequence[DueRecord],
             # (claimed.py): one range tombstone per claim instead of one tombstone per key
             for begin, end in spans:
                 batch.delete_range(begin, end, timer_h)
+            # keys due strictly between a span's ends are all in it, so their due counters
+            # fall to 0 too (the keys at its ends' due times may have company elsewhere)
+            changes.emptied = [(K.key_due_ms(begin), K.key_due_ms(end)) for begin, end in spans]
         else:
             delete = batch.delete
             for raw in raws:

@@ -50,9 +50,14 @@ class DueCounters:
         self._cache.clear()
 
     # -- writes (caller holds the store's lock) ---------------------------------------------------
-    def stage(self, deltas: dict[int, int], batch: WriteBatch) -> dict[bytes, int]:
+    def stage(self, deltas: dict[int, int], batch: WriteBatch,
+              emptied: Sequence[tuple[int, int]] = ()) -> dict[bytes, int]:
         """Put the counters changed by ``deltas`` (due_ms -> +n/-n) into ``batch``; returns
-        the new values for :meth:`commit`. A count below zero is a bug, not a state: it raises."""
+        the new values for :meth:`commit`. A count below zero (only a key written behind the
+        store's back) is logged and kept at 0. ``emptied``: due intervals ``(lo_ms, hi_ms)``,
+        ends excluded, left without any pending key by this batch: the counters of the buckets
+        wholly inside are deleted by one range per level instead of one delete per bucket (a
+        delivery of sparse due times would otherwise write a delete per second it passes)."""
         if len(deltas) == 1:  # a single send, or a batch due in one ms
             ((due_ms, delta),) = deltas.items()
             per_key = dict.fromkeys(K.due_counter_keys(due_ms), delta)
@@ -67,11 +72,16 @@ class DueCounters:
                 for name in K.due_counter_keys(second * 1000):
                     per_key[name] = per_key.get(name, 0) + delta
         cache = self._cache
+        cleared = _clear_ranges(emptied, batch, self._meta_h) if emptied else None
+        new: dict[bytes, int] = {}
+        if cleared:
+            for name in [name for name in per_key if _inside(name, cleared)]:
+                del per_key[name]
+                new[name] = 0
         missing = [name for name in per_key if name not in cache]
         if missing:
             for name, raw in zip(missing, self._meta.get(missing)):
                 cache[name] = 0 if raw is None else U64.unpack(raw)[0]
-        new: dict[bytes, int] = {}
         put, delete, meta_h = batch.put, batch.delete, self._meta_h
         for name, delta in per_key.items():
             if not delta:
@@ -162,6 +172,35 @@ class DueCounters:
             finally:
                 del it
         return out
+
+
+_WIDTH_MS = dict(K.DUE_COUNTER_WIDTHS)
+_PREFIX_SIZE = len(_S)
+assert all(len(prefix) == _PREFIX_SIZE for prefix in _WIDTH_MS)
+MIN_CLEARED = 2  # buckets a range must cover to replace their deletes (a range costs two keys)
+
+
+def _clear_ranges(emptied: Sequence[tuple[int, int]], batch: WriteBatch,
+                  meta_h: Any) -> dict[bytes, list[tuple[int, int]]]:
+    """Range-delete, per level, the buckets lying wholly inside an emptied interval; returns
+    them as ``{prefix: [(first bucket, end bucket)]}``."""
+    cleared: dict[bytes, list[tuple[int, int]]] = {}
+    for prefix, width in _WIDTH_MS.items():
+        for lo_ms, hi_ms in emptied:
+            first, end = lo_ms // width + 1, hi_ms // width  # [first*w, end*w) inside (lo, hi)
+            if end - first >= MIN_CLEARED:
+                batch.delete_range(K.due_counter_key(prefix, first),
+                                   K.due_counter_key(prefix, end), meta_h)
+                cleared.setdefault(prefix, []).append((first, end))
+    return cleared
+
+
+def _inside(name: bytes, cleared: dict[bytes, list[tuple[int, int]]]) -> bool:
+    ranges = cleared.get(name[:_PREFIX_SIZE])
+    if not ranges:
+        return False
+    bucket = U64.unpack_from(name, _PREFIX_SIZE)[0]
+    return any(first <= bucket < end for first, end in ranges)
 
 
 def expected_counters(dues: Iterable[int]) -> dict[bytes, int]:

@@ -40,14 +40,18 @@ REBUILD_CHUNK = 10_000
 
 
 class IndexChanges:
-    """What one batch does to the due counters and the key index."""
+    """What one batch does to the due counters and the key index. ``emptied``: due-time
+    intervals ``(lo_ms, hi_ms)`` whose every pending key this batch removes, ends excluded (a
+    delivery's claimed spans): the counters of buckets lying wholly inside are cleared by range
+    (``DueCounters.stage``)."""
 
-    __slots__ = ("deltas", "puts", "deletes")
+    __slots__ = ("deltas", "puts", "deletes", "emptied")
 
     def __init__(self) -> None:
         self.deltas: dict[int, int] = {}
         self.puts: list[bytes] = []
         self.deletes: list[bytes] = []
+        self.emptied: list[tuple[int, int]] = []
 
     def added(self, raw: bytes, keys: Iterable[str] = ()) -> None:
         due = K.key_due_ms(raw)
@@ -123,7 +127,7 @@ def stage(store: "RocksTimerStore", changes: IndexChanges, batch: WriteBatch) ->
         batch.delete(entry, keys_h)
     for entry in changes.puts:
         batch.put(entry, b"", keys_h)
-    return store._due.stage(changes.deltas, batch) if changes.deltas else {}
+    return store._due.stage(changes.deltas, batch, changes.emptied) if changes.deltas else {}
 
 
 def commit(store: "RocksTimerStore", changes: IndexChanges, new: dict) -> None:
