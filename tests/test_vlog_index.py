@@ -16,11 +16,10 @@ from rocks_timer.timer.rocksdb import RocksTimerStore
 from rocks_support import BIG, T0, rec  # noqa: F401
 
 
-def timer_style(path: Path) -> str:
-    """The compaction style RocksDB itself ran the ``timer`` column family with (its newest
-    OPTIONS file)."""
+def timer_style(path: Path, family: str = "timer") -> str:
+    """The compaction style RocksDB itself ran a column family with (its newest OPTIONS file)."""
     newest = max(path.glob("OPTIONS-*"), key=lambda p: int(p.name.split("-")[1]))
-    section = newest.read_text().split('[CFOptions "timer"]', 1)[1].split("[", 1)[0]
+    section = newest.read_text().split(f'[CFOptions "{family}"]', 1)[1].split("[", 1)[0]
     return re.search(r"compaction_style=(\w+)", section).group(1)
 
 
@@ -92,3 +91,46 @@ def test_an_unknown_index_compaction_is_refused(tmp_path):
     conf = tmp_path / "broker.conf"
     conf.write_text("vlogIndexCompaction=profile\n")
     assert BrokerConfig.from_broker_conf(conf).vlog_index_compaction == "profile"
+
+
+@pytest.mark.parametrize("layout", ["vlog", "inline"])
+def test_a_new_store_compacts_its_meta_universally(tmp_path, layout):
+    """The due counters live in ``meta``: a new store of either layout compacts it
+    universally and records so in ``format.meta_compaction``."""
+    path = tmp_path / "timer"
+    fill_and_drain(path, BrokerConfig(rocksdb_layout=layout))
+    with RocksTimerStore.open(path, BrokerConfig()) as store:
+        assert store.stats().extra["meta_compaction"] == "universal"
+        assert store.check()["problems"] == []
+    assert timer_style(path, "meta") == "kCompactionStyleUniversal"
+    assert stored(path, K.META_META_COMPACTION) == b"universal"
+
+
+def test_a_store_made_before_keeps_its_leveled_meta(tmp_path, monkeypatch):
+    from rocks_timer.timer.rocksdb import meta as rocks_meta
+    path = tmp_path / "timer"
+    with monkeypatch.context() as m:  # a store as older code made it: leveled meta, no row
+        m.setattr(rocks_meta, "NEW_META_COMPACTION", "level")
+        with RocksTimerStore.open(path, BrokerConfig()) as store:
+            store.schedule([rec(i, T0 + 1_000 + i, body=bytes(600)) for i in range(50)], T0)
+    db = Rdict(str(path), Options(raw_mode=True), column_families={
+        n: Options(raw_mode=True) for n in Rdict.list_cf(str(path)) if n != "default"})
+    db.get_column_family("meta").delete(K.META_META_COMPACTION)
+    db.close()
+    with RocksTimerStore.open(path, BrokerConfig()) as store:
+        assert store.stats().extra["meta_compaction"] == "level"
+        got = store.claim_due(T0 + 10_000, 100, BIG)
+        store.complete(got, None)
+        assert len(got) == 50 and store.count_due([(None, None)]) == [0]
+    assert timer_style(path, "meta") == "kCompactionStyleLevel"
+    assert stored(path, K.META_META_COMPACTION) is None  # nothing rewritten
+
+
+def test_a_meta_row_that_disagrees_with_the_open_is_refused(tmp_path):
+    from rocks_timer.timer.rocksdb import meta as rocks_meta
+    path = tmp_path / "timer"
+    fill_and_drain(path, BrokerConfig())
+    with RocksTimerStore.open(path, BrokerConfig()) as store:
+        db = store._db
+        with pytest.raises(ConfigError, match="format.meta_compaction is 'universal' on disk"):
+            rocks_meta.load(db, "meta", "level", str(path), "vlog", "universal", "level")

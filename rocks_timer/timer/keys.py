@@ -50,6 +50,7 @@ META_LAYOUT = b"format.layout"  # "inline" or "vlog"; absent on stores made befo
 # vlog: "universal" (the index's own universal compaction) or "profile" (the index follows
 # rocksdb_profile); absent on vlog stores made before it: "profile"
 META_INDEX_COMPACTION = b"format.index_compaction"
+META_META_COMPACTION = b"format.meta_compaction"  # absent: level (stores made before)
 # vlog layout (rocks_timer.timer.rocksdb.vlog): one liveness row per value segment, and counters
 META_VLOG_SEGMENT_PREFIX = b"vlog.seg."  # + u32 big-endian segment id
 META_VLOG_NEXT_ID = b"vlog.next_id"  # u64

@@ -168,6 +168,7 @@ def stats(store: "RocksTimerStore") -> StoreStats:
         extra: dict[str, Any] = {
             "profile": store.profile,
             "index_compaction": store.index_compaction,
+            "meta_compaction": store.meta_compaction,
             "in_flight": len(store._in_flight),
             "cursor_due_ms": K.key_due_ms(cursor) if cursor else None,
             "corrupt": store._corrupt_count,

@@ -34,14 +34,21 @@ def format_settings(compaction_style: str) -> dict[bytes, bytes]:
 LAYOUTS = ("inline", "vlog")
 
 
-def index_compaction(path: Path, layout: str, configured: str, meta_cf: str = "meta") -> str:
-    """How to open the ``timer`` column family of the store at ``path``: ``universal`` or
-    ``profile`` (see ``profiles.index_options``). A new store takes ``configured`` in the vlog
-    layout and ``profile`` in the inline one; a store on disk keeps what its ``meta`` says, read
-    through a read-only open before the real one (RocksDB cannot be reopened with another
-    compaction style once it runs); a vlog store made before the setting existed is ``profile``.
+NEW_META_COMPACTION = "universal"
+
+
+def compactions(path: Path, layout: str, configured: str,
+                meta_cf: str = "meta") -> tuple[str, str]:
+    """How to open the ``timer`` and ``meta`` column families of the store at ``path``: the
+    index ``universal`` or ``profile`` (``profiles.index_options``), ``meta`` ``universal`` or
+    ``level`` (``profiles.meta_options``). A new store takes ``configured`` for a vlog index
+    (``profile`` for an inline one) and a universal ``meta``; a store on disk keeps what its
+    ``meta`` says, read through a read-only open before the real one (RocksDB cannot be
+    reopened with another compaction style once it runs). A store made before either setting
+    existed has ``profile`` and ``level``.
     """
-    new = configured if layout == "vlog" else "profile"
+    new = (configured if layout == "vlog" else "profile", NEW_META_COMPACTION)
+    old = ("profile", "level")
     if not (path / "CURRENT").exists():
         return new
     try:
@@ -52,26 +59,31 @@ def index_compaction(path: Path, layout: str, configured: str, meta_cf: str = "m
                    column_families={name: Options(raw_mode=True) for name in families},
                    access_type=AccessType.read_only())
     except Exception:  # noqa: BLE001 - the real open reports what is wrong with the store
-        return "profile"
+        return old
     try:
         meta = db.get_column_family(meta_cf)
-        version, stored = meta.get([keys.META_FORMAT_VERSION, keys.META_INDEX_COMPACTION])
+        version, index, meta_style = meta.get([keys.META_FORMAT_VERSION,
+                                               keys.META_INDEX_COMPACTION,
+                                               keys.META_META_COMPACTION])
         del meta
     finally:
         db.close()
     if version is None:
         return new  # created, never written: load() treats it as new
-    return bytes(stored).decode(errors="replace") if stored is not None else "profile"
+    return tuple(bytes(value).decode(errors="replace") if value is not None else default
+                 for value, default in zip((index, meta_style), old))
 
 
 def load(db: Any, meta_cf: str, compaction_style: str, path: str,
-         layout: str = "inline", index_compaction: str = "profile") -> "StoredState":
+         layout: str = "inline", index_compaction: str = "profile",
+         meta_compaction: str = "level") -> "StoredState":
     """Check the format settings in ``meta`` (writing them on a new store) and read the state.
 
     The layout is a format setting too, but not a mismatch: a new store takes ``layout``, a store
     that has one keeps it, and a store made before layouts existed (format settings present,
     no layout) is ``inline``. ``index_compaction`` is how the index was opened
-    (:func:`index_compaction`): a new vlog store records it, a store that has one must match it.
+    (:func:`compactions`): a new vlog store records it, a store that has one must match it;
+    likewise ``meta_compaction`` for every new store.
 
     The column family handles are dropped before anything can raise: a handle kept alive by a
     traceback would hold the RocksDB LOCK after ``db.close()``.
@@ -79,7 +91,7 @@ def load(db: Any, meta_cf: str, compaction_style: str, path: str,
     expected = format_settings(compaction_style)
     names = list(expected) + [keys.META_CURSOR, keys.META_PENDING, keys.META_CORRUPT,
                               keys.META_RECONCILE_OFFSET, keys.META_LAYOUT,
-                              keys.META_INDEX_COMPACTION]
+                              keys.META_INDEX_COMPACTION, keys.META_META_COMPACTION]
     meta = db.get_column_family(meta_cf)
     stored = dict(zip(names, (None if v is None else bytes(v) for v in meta.get(names))))
     del meta
@@ -97,6 +109,13 @@ def load(db: Any, meta_cf: str, compaction_style: str, path: str,
                           f"{(stored_index or b'profile').decode(errors='replace')!r} on disk but "
                           f"the index was opened as {index_compaction!r}; reopen the store")
     stored[keys.META_INDEX_COMPACTION] = stored_index
+    stored_meta = stored.get(keys.META_META_COMPACTION)
+    if is_new:
+        missing[keys.META_META_COMPACTION] = stored_meta = meta_compaction.encode()
+    if (stored_meta or b"level") != meta_compaction.encode():
+        raise ConfigError(f"timer store {path}: format.meta_compaction is "
+                          f"{(stored_meta or b'level').decode(errors='replace')!r} on disk but "
+                          f"meta was opened as {meta_compaction!r}; reopen the store")
     if stored_layout.decode(errors="replace") not in LAYOUTS:
         raise ConfigError(f"timer store {path}: format.layout is "
                           f"{stored_layout.decode(errors='replace')!r}; this build reads "
@@ -158,6 +177,7 @@ class StoredState:
     reconcile_offset: int | None
     layout: str = "inline"
     index_compaction: str = "profile"
+    meta_compaction: str = "level"
 
     @classmethod
     def parse(cls, stored: Mapping[bytes, bytes | None]) -> "StoredState":
@@ -169,4 +189,5 @@ class StoredState:
                                         stored.get(keys.META_RECONCILE_OFFSET)),
             layout=(stored.get(keys.META_LAYOUT) or b"inline").decode(),
             index_compaction=(stored.get(keys.META_INDEX_COMPACTION) or b"profile").decode(),
+            meta_compaction=(stored.get(keys.META_META_COMPACTION) or b"level").decode(),
         )

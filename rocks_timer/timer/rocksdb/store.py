@@ -51,6 +51,7 @@ from rocks_timer.timer.rocksdb.vlog import ValueLog
 from rocks_timer.timer.handles import decode_handle
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
 from rocks_timer.timer.rocksdb.profiles import index_options as profile_index_options
+from rocks_timer.timer.rocksdb.profiles import meta_options
 from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, resume_handle,
                                             scan_start)
 from rocks_timer.timer.rocksdb.duecount import DueCounters
@@ -133,6 +134,7 @@ class RocksTimerStore(KeyedRocksOps):
         self._in_flight: dict[bytes, bytes | None] = {}
         self.layout = state.layout
         self.index_compaction = state.index_compaction
+        self.meta_compaction = state.meta_compaction
         self.vlog: ValueLog | None = None
         if self.layout == "vlog":
             self.vlog = ValueLog(path / "vlog", config, self._meta, self._meta_h)
@@ -160,11 +162,11 @@ class RocksTimerStore(KeyedRocksOps):
         refuse_damaged(path)
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         db_options = build_options(config.rocksdb_profile)
-        index_style = rocks_meta.index_compaction(path, config.rocksdb_layout,
-                                                  config.vlog_index_compaction, META_CF)
+        index_style, meta_style = rocks_meta.compactions(path, config.rocksdb_layout,
+                                                         config.vlog_index_compaction, META_CF)
         index_options = profile_index_options(config.rocksdb_profile, index_style)
-        families = {TIMER_CF: index_options,
-                    META_CF: Options(raw_mode=True), CORRUPT_CF: Options(raw_mode=True)}
+        families = {TIMER_CF: index_options, META_CF: meta_options(meta_style),
+                    CORRUPT_CF: Options(raw_mode=True)}
         try:
             db = Rdict(str(path), db_options, column_families=families)
         except Exception as exc:  # rocksdict raises plain Exception for RocksDB status errors
@@ -179,7 +181,7 @@ class RocksTimerStore(KeyedRocksOps):
             raise ConfigError(f"cannot open timer store {path}: {text}") from None
         try:
             state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
-                                    index_style)
+                                    index_style, meta_style)
             store = cls(path, config, db, db_options, state, reclaim_after_deletes)
         except BaseException as exc:
             # the failed constructor's frames hold column family handles, which keep the LOCK
