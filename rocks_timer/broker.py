@@ -282,7 +282,9 @@ class Broker(KeyedOperations):
         return self.deliverer.step(now_ms, wait_for_puts=wait)
 
     def _housekeeping(self, now_ms: int) -> None:
-        if self._async_flush and now_ms - self._last_flush_ms >= self.config.flush_interval_ms:
+        flusher = len(self._threads) > 1  # started: the flush thread does it (_flush_loop)
+        if (self._async_flush and not flusher
+                and now_ms - self._last_flush_ms >= self.config.flush_interval_ms):
             self._last_flush_ms = now_ms
             self.flush()
         if now_ms - self._last_retention_ms >= _RETENTION_EVERY_MS:
@@ -308,6 +310,9 @@ class Broker(KeyedOperations):
         self._stopping.clear()
         self._threads = [threading.Thread(target=self._timer_loop, name="timer-deliverer",
                                           daemon=True)]
+        if self._async_flush:
+            self._threads.append(threading.Thread(target=self._flush_loop, name="broker-flush",
+                                                  daemon=True))
         for thread in self._threads:
             thread.start()
         if self.levels is not None:
@@ -341,6 +346,17 @@ class Broker(KeyedOperations):
                 sleep_ms = interval_ms
             if sleep_ms > 0:
                 self._wake.wait(sleep_ms / 1000)
+
+    def _flush_loop(self) -> None:
+        """Async mode: flush every ``flush_interval_ms`` on a thread of its own, so the timer
+        loop never waits for the disk to take what producers sent (a flush after a burst of
+        sends took 60 ms for 100,000 messages, stalling the first deliveries)."""
+        interval_s = self.config.flush_interval_ms / 1000
+        while not self._stopping.wait(interval_s):
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - a service loop never dies; it logs and goes on
+                log.exception("periodic flush failed")
 
     def stop(self) -> None:
         """Stop the background services (pending messages stay stored)."""

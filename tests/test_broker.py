@@ -85,3 +85,28 @@ def test_tick_with_an_explicit_time_never_stores_before_due(make_broker, clock):
     broker.tick(clock.now_ms() + 5_000)  # the manual clock is moved forward with it
     [m] = broker.pull("orders")
     assert m.store_ms >= sent.deliver_at_ms and clock.now_ms() == sent.deliver_at_ms
+
+
+def test_a_started_broker_flushes_on_a_thread_of_its_own(tmp_path, clock):
+    """Async mode: ``start()`` runs the periodic flush on its own thread (the timer loop does
+    not wait for the disk), and ``stop()`` ends it; ``tick()`` without ``start()`` flushes
+    inline as before."""
+    config = BrokerConfig(flush_interval_ms=50)
+    with Broker.open(tmp_path, config, clock=clock) as broker:
+        log = broker.messages.commitlog
+        broker.start()
+        try:
+            names = {t.name for t in broker._threads}
+            assert names == {"timer-deliverer", "broker-flush"}
+            broker.send(Message("orders", b"x" * 100))  # clock never moves: only the thread
+            deadline = time.monotonic() + 5
+            while log._synced < log.max_offset and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert log._synced == log.max_offset
+        finally:
+            broker.stop()
+        assert broker._threads == []
+    with Broker.open(tmp_path, BrokerConfig(flush_disk_type="sync"), clock=clock) as broker:
+        broker.start()
+        assert [t.name for t in broker._threads] == ["timer-deliverer"]  # sync: nothing to do
+        broker.stop()

@@ -73,10 +73,8 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
         if config.vlog_prefetch_ms:
             hints = _due_soon(store, now_ms, now_ms + config.vlog_prefetch_ms)
         empty = vlog.releasable()
-    if sync:
-        for seg in dirty:
-            if seg.file is not None:
-                seg.file.sync()
+    if sync:  # on a thread of its own: deliveries never wait for the disk here (syncer.py)
+        store._syncer.request(dirty)
     if hints:
         vlog.will_need(hints)
     if empty:

@@ -134,7 +134,9 @@ class SegmentFile:
         return os.pread(self.fd, length, offset)
 
     def sync(self) -> None:
-        os.fdatasync(self.fd)
+        fd = self.fd
+        if fd >= 0:  # else closed: a released segment (nothing in it was live)
+            os.fdatasync(fd)
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)

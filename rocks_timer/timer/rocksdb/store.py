@@ -52,6 +52,7 @@ from rocks_timer.timer.handles import decode_handle
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
 from rocks_timer.timer.rocksdb.profiles import index_options as profile_index_options
 from rocks_timer.timer.rocksdb.profiles import meta_options
+from rocks_timer.timer.rocksdb.syncer import BackgroundSync, sync_segments
 from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, resume_handle,
                                             scan_start)
 from rocks_timer.timer.rocksdb.duecount import DueCounters
@@ -140,6 +141,7 @@ class RocksTimerStore(KeyedRocksOps):
             self.vlog = ValueLog(path / "vlog", config, self._meta, self._meta_h)
         self._relocator: threading.Thread | None = None
         self._last_sync_ms = 0
+        self._syncer = BackgroundSync(f"vlog-sync {path.name}") if self.layout == "vlog" else None
         self._prefetched_to = b""
         self._meta_flushed_at = 0
         self._claim_cursor: bytes = state.cursor
@@ -205,6 +207,8 @@ class RocksTimerStore(KeyedRocksOps):
         family handle or iterator would keep the RocksDB LOCK held after close."""
         if self._relocator is not None:
             self._relocator.join()
+        if self._syncer is not None:
+            self._syncer.close()
         with self._maint_lock, self._lock:
             if self._closed:
                 return
@@ -469,13 +473,9 @@ class RocksTimerStore(KeyedRocksOps):
             if self.vlog is not None:
                 dirty = [self.vlog.segments[i] for i in self.vlog.dirty if i in self.vlog.segments]
                 self.vlog.dirty.clear()
-        for seg in dirty:  # outside the lock: sends go on meanwhile
-            try:
-                if seg.file is not None:
-                    seg.file.sync()
-            except OSError:
-                if seg.file is not None:
-                    raise  # else released meanwhile: nothing in it was live
+        if self._syncer is not None:  # and what the background sync has not done yet
+            dirty += self._syncer.take()
+        sync_segments(dirty)  # outside the lock: sends go on meanwhile
         with self._lock:
             if not self._closed:
                 self._db.flush_wal(True)
