@@ -173,3 +173,50 @@ def test_a_sparse_delivery_clears_its_counters_by_range(open_store):
     assert written and written[0] < 30  # was 1501 second + 4 hour/day counter deletes
     assert store.count_due([(None, None), (T0, T0 + 1000 * 7 * 1501)]) == [499, 0]
     assert store.check()["problems"] == []
+
+
+def test_counters_of_key_index_version_1_are_rewritten_compactly_on_open(open_store, tmp_path):
+    """A store written before the compact counters (14-byte keys, u64 counts, key index
+    version 1) opens with its counters rewritten from its keys, its key index kept."""
+    import struct
+    path = tmp_path / "v1"
+    store = open_store(path=path)
+    store.schedule([TimerRecord(T0 + 1000 * (i % 4), _message(i, (f"k{i % 2}",)))
+                    for i in range(9)], T0)
+    batch = WriteBatch(raw_mode=True)  # what the older code had written
+    for prefix, _ in K.DUE_COUNTER_WIDTHS:
+        batch.delete_range(prefix, prefix + b"\xff" * 9, store._meta_h)
+    legacy = dict(zip(K.LEGACY_DUE_COUNTER_PREFIXES, (1_000, 3_600_000, 86_400_000)))
+    counts: dict[bytes, int] = {}
+    for i in range(9):
+        for prefix, width in legacy.items():
+            name = prefix + struct.pack(">Q", (T0 + 1000 * (i % 4)) // width)
+            counts[name] = counts.get(name, 0) + 1
+    for name, n in counts.items():
+        batch.put(name, struct.pack(">Q", n), store._meta_h)
+    batch.put(K.META_KEY_INDEX, b"1", store._meta_h)
+    store._db.write(batch)
+    store.close()
+    store = open_store(path=path)
+    assert store.count_due([(None, None), (T0 + 1000, T0 + 3000)]) == [9, 4]
+    assert store.check()["problems"] == []
+    assert bytes(store._meta.get(K.META_KEY_INDEX)) == K.KEY_INDEX_VERSION
+    assert all(store._meta.get(name) is None for name in counts)  # the old rows are gone
+    assert sorted(e.msg_id[-1] for e in store.find("orders", "k1")) == ["1", "3", "5", "7"]
+
+
+def test_a_key_index_from_a_newer_build_is_refused(open_store, tmp_path):
+    from rocks_timer.errors import ConfigError
+    path = tmp_path / "newer"
+    store = open_store(path=path)
+    store._meta.put(K.META_KEY_INDEX, b"9")
+    store.close()
+    with pytest.raises(ConfigError, match="format.key_index is '9', written by a newer build"):
+        open_store(path=path)
+
+
+def test_a_counter_is_a_few_bytes():
+    name = K.due_counter_keys(T0)[0]
+    assert len(name) == 8 and K.due_counter_bucket(name) == T0 // 1000
+    assert [len(K.pack_count(n)) for n in (1, 255, 256, 70_000)] == [1, 1, 2, 3]
+    assert K.unpack_count(K.pack_count(123_456_789)) == 123_456_789

@@ -142,11 +142,18 @@ META_KEY_INDEX_PREFIX = b"kix."
 KEY_LEN = struct.Struct(">H")
 MAX_INDEX_KEY_BYTES = (1 << 16) - 1
 META_KEY_INDEX = b"format.key_index"  # present once the key index and due counters are built
-KEY_INDEX_VERSION = b"1"
-# due counters (column family ``meta``): pending keys per due second, hour and UTC day;
-# + u64 big-endian bucket number (due_ms // width), value u64 count; absent = 0
-DUE_COUNTER_WIDTHS = ((b"due.s.", 1_000), (b"due.h.", 3_600_000), (b"due.d.", 86_400_000))
-_U64 = struct.Struct(">Q")
+# 2: the compact due counters below; a store at 1 (14-byte counter keys, u64 counts) has its
+# counters rebuilt on open (keyindex.ensure_built)
+KEY_INDEX_VERSION = b"2"
+# due counters (column family ``meta``): pending keys per due second, hour and UTC day; key =
+# a 2-byte prefix + the bucket number (due_ms // width) as 6 bytes big-endian, value = the
+# count as a big-endian unsigned integer of as few bytes as it needs; absent = 0. Every send
+# writes about 1.5 of them (a second, an hour, a day counter per distinct due time of its
+# batch), so their size is write amplification: 9 B of key and value instead of 22
+DUE_COUNTER_WIDTHS = ((b"ds", 1_000), (b"dh", 3_600_000), (b"dd", 86_400_000))
+LEGACY_DUE_COUNTER_PREFIXES = (b"due.s.", b"due.h.", b"due.d.")  # key index version 1
+DUE_BUCKET_SIZE = 6
+MAX_DUE_BUCKET = (1 << (8 * DUE_BUCKET_SIZE)) - 1  # 2^48 s: dues are at most 10 years ahead
 
 
 def key_index_prefix(topic: str, key: str) -> bytes:
@@ -200,11 +207,26 @@ def timer_key_of_entry(entry: bytes) -> bytes:
 def due_counter_keys(due_ms: int) -> tuple[bytes, bytes, bytes]:
     """The ``meta`` keys of the second, hour and day counters a key due at ``due_ms`` counts in
     (one per ``DUE_COUNTER_WIDTHS`` level, written out: every send builds them)."""
-    pack = _U64.pack
-    return (_SECOND + pack(due_ms // _SECOND_MS), _HOUR + pack(due_ms // _HOUR_MS),
-            _DAY + pack(due_ms // _DAY_MS))
+    top = MAX_DUE_BUCKET
+    return (_SECOND + min(due_ms // _SECOND_MS, top).to_bytes(DUE_BUCKET_SIZE, "big"),
+            _HOUR + min(due_ms // _HOUR_MS, top).to_bytes(DUE_BUCKET_SIZE, "big"),
+            _DAY + min(due_ms // _DAY_MS, top).to_bytes(DUE_BUCKET_SIZE, "big"))
 
 
 def due_counter_key(prefix: bytes, bucket: int) -> bytes:
     """The ``meta`` key of counter ``bucket`` (due_ms // width) of one level."""
-    return prefix + _U64.pack(max(0, min(bucket, MAX_DUE_MS)))
+    return prefix + max(0, min(bucket, MAX_DUE_BUCKET)).to_bytes(DUE_BUCKET_SIZE, "big")
+
+
+def due_counter_bucket(name: bytes) -> int:
+    """The bucket number of a due counter key (inverse of :func:`due_counter_key`)."""
+    return int.from_bytes(name[-DUE_BUCKET_SIZE:], "big")
+
+
+def pack_count(count: int) -> bytes:
+    """A due counter's value: ``count`` (> 0) big-endian in as few bytes as it needs."""
+    return count.to_bytes((count.bit_length() + 7) // 8, "big")
+
+
+def unpack_count(raw: bytes) -> int:
+    return int.from_bytes(raw, "big")

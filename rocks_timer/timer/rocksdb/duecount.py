@@ -14,7 +14,6 @@ lock, so the cache cannot go stale.
 from __future__ import annotations
 
 import logging
-import struct
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
@@ -25,7 +24,7 @@ from rocks_timer.timer.histogram import check_bounds
 from rocks_timer.timer.rocksdb.scan import check_iterator
 
 log = logging.getLogger(__name__)
-U64 = struct.Struct(">Q")
+pack_count, unpack_count = K.pack_count, K.unpack_count
 CACHE_MAX = 1 << 18
 SECOND, HOUR, DAY = 1, 3_600, 86_400  # in seconds
 (_S, _), (_H, _), (_D, _) = K.DUE_COUNTER_WIDTHS
@@ -81,7 +80,7 @@ class DueCounters:
         missing = [name for name in per_key if name not in cache]
         if missing:
             for name, raw in zip(missing, self._meta.get(missing)):
-                cache[name] = 0 if raw is None else U64.unpack(raw)[0]
+                cache[name] = 0 if raw is None else unpack_count(raw)
         put, delete, meta_h = batch.put, batch.delete, self._meta_h
         for name, delta in per_key.items():
             if not delta:
@@ -93,7 +92,7 @@ class DueCounters:
                 value = 0
             new[name] = value
             if value:
-                put(name, U64.pack(value), meta_h)
+                put(name, pack_count(value), meta_h)
             else:
                 delete(name, meta_h)
         return new
@@ -120,7 +119,7 @@ class DueCounters:
         try:
             it.seek(K.due_counter_key(prefix, lo))
             while it.valid():
-                total += U64.unpack(it.value())[0]
+                total += unpack_count(it.value())
                 it.next()
             check_iterator(it, "due counters")
         finally:
@@ -166,7 +165,7 @@ class DueCounters:
             try:
                 it.seek(prefix)
                 while it.valid():
-                    out[bytes(it.key())] = U64.unpack(it.value())[0]
+                    out[bytes(it.key())] = unpack_count(it.value())
                     it.next()
                 check_iterator(it, "due counters")
             finally:
@@ -199,7 +198,7 @@ def _inside(name: bytes, cleared: dict[bytes, list[tuple[int, int]]]) -> bool:
     ranges = cleared.get(name[:_PREFIX_SIZE])
     if not ranges:
         return False
-    bucket = U64.unpack_from(name, _PREFIX_SIZE)[0]
+    bucket = K.due_counter_bucket(name)
     return any(first <= bucket < end for first, end in ranges)
 
 

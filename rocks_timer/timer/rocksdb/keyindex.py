@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 from rocksdict import ReadOptions, WriteBatch
 
-from rocks_timer.errors import CorruptRecordError, InvalidHandleError, InvalidMessageError
+from rocks_timer.errors import (ConfigError, CorruptRecordError, InvalidHandleError,
+                                 InvalidMessageError)
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.handles import decode_handle, encode_handle
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.duecount import expected_counters
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.store import PendingEntry, ScanPage, TimerKey
@@ -240,20 +240,61 @@ def keyed_targets(store: "RocksTimerStore", topic: str, key: str) -> list[tuple[
 # -- build on open, check -----------------------------------------------------------------------
 def ensure_built(store: "RocksTimerStore") -> None:
     """On open: a store made before the key index existed gets it (and its due counters)
-    built by one walk of its keys; the marker in ``meta`` is written last, so a crash during
-    the build starts it again from scratch."""
-    if store._meta.get(K.META_KEY_INDEX) is not None:
-        opts = ReadOptions()
-        opts.set_iterate_upper_bound(K.META_KEY_INDEX_PREFIX + b"\xff")
-        it = store._keys.iter(opts)
+    built by one walk of its keys; one at key index version 1 gets its due counters rewritten
+    in the compact format (a walk of the keys alone). The marker in ``meta`` is written last,
+    so a crash during either starts it again from scratch."""
+    version = store._meta.get(K.META_KEY_INDEX)
+    if version is None:
+        rebuild(store)
+        return
+    if bytes(version) == b"1":
+        rebuild_counters(store)
+    elif bytes(version) != K.KEY_INDEX_VERSION:
+        raise ConfigError(f"timer store {store.path}: format.key_index is "
+                          f"{bytes(version).decode(errors='replace')!r}, written by a newer "
+                          f"build (this one reads 1 and {K.KEY_INDEX_VERSION.decode()})")
+    opts = ReadOptions()
+    opts.set_iterate_upper_bound(K.META_KEY_INDEX_PREFIX + b"\xff")
+    it = store._keys.iter(opts)
+    try:
+        it.seek(K.META_KEY_INDEX_PREFIX)
+        store._keyed = it.valid()
+        check_iterator(it, f"timer store {store.path} key index")
+    finally:
+        del it
+
+
+def _clear_counters(store: "RocksTimerStore", batch: WriteBatch) -> None:
+    for prefix in [p for p, _ in K.DUE_COUNTER_WIDTHS] + list(K.LEGACY_DUE_COUNTER_PREFIXES):
+        batch.delete_range(prefix, prefix + b"\xff" * 9, store._meta_h)
+
+
+def rebuild_counters(store: "RocksTimerStore") -> int:
+    """Drop the due counters (either format) and write them again from the timer keys alone;
+    returns how many keys were counted."""
+    with store._lock:
+        clear = WriteBatch(raw_mode=True)
+        _clear_counters(store, clear)
+        store._db.write(clear)
+        store._due.forget()
+        dues: list[int] = []
+        it = store._timer.iter(ReadOptions())
         try:
-            it.seek(K.META_KEY_INDEX_PREFIX)
-            store._keyed = it.valid()
-            check_iterator(it, f"timer store {store.path} key index")
+            it.seek_to_first()
+            while it.valid():
+                dues.append(K.key_due_ms(it.key()))
+                it.next()
+            check_iterator(it, f"timer store {store.path} due counters build")
         finally:
             del it
-        return
-    rebuild(store)
+        batch = WriteBatch(raw_mode=True)
+        for name, value in expected_counters(dues).items():
+            batch.put(name, K.pack_count(value), store._meta_h)
+        batch.put(K.META_KEY_INDEX, K.KEY_INDEX_VERSION, store._meta_h)
+        store._db.write(batch)
+        log.warning("timer store %s: due counters rewritten in the compact format for %d "
+                    "pending keys", store.path, len(dues))
+        return len(dues)
 
 
 def rebuild(store: "RocksTimerStore") -> dict[str, int]:
@@ -262,8 +303,7 @@ def rebuild(store: "RocksTimerStore") -> dict[str, int]:
         clear = WriteBatch(raw_mode=True)
         clear.delete_range(K.META_KEY_INDEX_PREFIX, K.META_KEY_INDEX_PREFIX + b"\xff",
                            store._keys_h)
-        for prefix, _ in K.DUE_COUNTER_WIDTHS:
-            clear.delete_range(prefix, prefix + b"\xff" * 9, store._meta_h)
+        _clear_counters(store, clear)
         store._db.write(clear)
         store._due.forget()
         store._keyed = True  # read every value's keys
@@ -291,7 +331,7 @@ def rebuild(store: "RocksTimerStore") -> dict[str, int]:
         finally:
             del it
         for name, value in expected_counters(dues).items():
-            batch.put(name, rocks_meta.pack_u64(value), store._meta_h)
+            batch.put(name, K.pack_count(value), store._meta_h)
         batch.put(K.META_KEY_INDEX, K.KEY_INDEX_VERSION, store._meta_h)
         store._db.write(batch)
         store._keyed = entries > 0
