@@ -30,9 +30,7 @@ Pending counter: exact, persisted in ``meta`` in the same WriteBatch as every ch
 """
 from __future__ import annotations
 
-import gc
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -40,8 +38,7 @@ from typing import Any, Iterable, Sequence
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import (ConfigError, CorruptRecordError, InvalidHandleError,
-                                InvalidMessageError, StoreClosedError, StoreLockedError)
+from rocks_timer.errors import InvalidHandleError, InvalidMessageError, StoreClosedError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import claim, complete, keyindex, layout
 from rocks_timer.timer.rocksdb.reschedule import KeyedRocksOps
@@ -49,9 +46,8 @@ from rocks_timer.timer.rocksdb import maint as rocks_maint, meta as rocks_meta
 from rocks_timer.timer.rocksdb import reclaim
 from rocks_timer.timer.rocksdb.vlog import ValueLog
 from rocks_timer.timer.handles import decode_handle
-from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
-from rocks_timer.timer.rocksdb.profiles import index_options as profile_index_options
-from rocks_timer.timer.rocksdb.profiles import meta_options
+from rocks_timer.timer.rocksdb import opening
+from rocks_timer.timer.rocksdb.opening import CORRUPT_CF, META_CF, TIMER_CF
 from rocks_timer.timer.rocksdb.syncer import BackgroundSync, sync_segments
 from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, resume_handle,
                                             scan_start)
@@ -64,38 +60,8 @@ from rocks_timer.timer.schedule_codec import encode_schedule
 
 log = logging.getLogger(__name__)
 
-TIMER_CF, META_CF, CORRUPT_CF = "timer", "meta", "corrupt"
 RECLAIM_AFTER_DELETES = 100_000
 SCAN_EXAMINE_MIN = 1_000
-_LOCK_MARKERS = ("lock hold by", "No locks available", "Resource temporarily unavailable",
-                 "While lock file")
-
-
-REPAIR_HINT = ("stop the broker, copy the data dir somewhere safe, then run `rtimer repair` "
-               "(RocksDB's repair: it rebuilds the manifest from the table files it finds)")
-_ROCKS_DATA = (".sst", ".log", ".blob")
-
-
-def refuse_damaged(path: Path) -> None:
-    """Refuse a store directory whose data files are there but whose RocksDB entry point
-    (``CURRENT``) is not, and a vlog store whose index is gone: opening would create a fresh,
-    empty database over acknowledged messages."""
-    if not path.is_dir():
-        return
-    names = set(os.listdir(path))
-    rocks_files = [n for n in names if n.endswith(_ROCKS_DATA) or n.startswith("MANIFEST-")]
-    if rocks_files and "CURRENT" not in names:
-        raise CorruptRecordError(
-            f"timer store {path} holds RocksDB files ({len(rocks_files)}, e.g. "
-            f"{sorted(rocks_files)[0]}) but no CURRENT file: refusing to create a new database "
-            f"over them; {REPAIR_HINT}", where=str(path))
-    vlog = path / "vlog"
-    if not rocks_files and vlog.is_dir() and any(vlog.glob("*.vlog")):
-        raise CorruptRecordError(
-            f"timer store {path} has value segments in {vlog} but no RocksDB index: refusing "
-            f"to start empty over them; restore the index files from a copy", where=str(path))
-
-
 class RocksTimerStore(KeyedRocksOps):
     """Owns one RocksDB directory holding pending timer messages, the delivery cursor, the
     reconcile checkpoint and the quarantine of corrupt values (find / cancel / reschedule by
@@ -158,49 +124,9 @@ class RocksTimerStore(KeyedRocksOps):
     def open(cls, path: str | Path, config: BrokerConfig, *,
              reclaim_after_deletes: int = RECLAIM_AFTER_DELETES) -> "RocksTimerStore":
         """Open (or create) the store at ``path``; ConfigError on a format mismatch or unknown
-        profile, StoreLockedError when another process or open store holds it."""
-        path = Path(path)
-        style = compaction_style(config.rocksdb_profile)  # ConfigError for an unknown profile
-        refuse_damaged(path)
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        db_options = build_options(config.rocksdb_profile)
-        index_style, meta_style = rocks_meta.compactions(path, config.rocksdb_layout,
-                                                         config.vlog_index_compaction, META_CF)
-        index_options = profile_index_options(config.rocksdb_profile, index_style)
-        families = {TIMER_CF: index_options, META_CF: meta_options(meta_style),
-                    CORRUPT_CF: Options(raw_mode=True)}
-        try:
-            db = Rdict(str(path), db_options, column_families=families)
-        except Exception as exc:  # rocksdict raises plain Exception for RocksDB status errors
-            text = str(exc)
-            if any(marker in text for marker in _LOCK_MARKERS):
-                raise StoreLockedError(
-                    f"timer store {path} is in use by another process or another open store "
-                    f"in this process (RocksDB: {text})") from None
-            if "Corruption" in text or "MANIFEST" in text:
-                raise CorruptRecordError(f"timer store {path} is damaged (RocksDB: {text}); "
-                                         f"{REPAIR_HINT}", where=str(path)) from None
-            raise ConfigError(f"cannot open timer store {path}: {text}") from None
-        try:
-            state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
-                                    index_style, meta_style)
-            store = cls(path, config, db, db_options, state, reclaim_after_deletes)
-        except BaseException as exc:
-            # the failed constructor's frames hold column family handles, which keep the LOCK
-            # after close: drop them first, or every later open says "in use"
-            error = exc.with_traceback(None)
-        else:
-            error = None
-        if error is not None:
-            gc.collect()
-            db.close()
-            raise error
-        try:
-            keyindex.ensure_built(store)
-        except BaseException:
-            store.close()
-            raise
-        return store
+        profile, StoreLockedError when another process or open store holds it
+        (:mod:`rocks_timer.timer.rocksdb.opening`)."""
+        return opening.open_store(cls, Path(path), config, reclaim_after_deletes)
 
     def close(self) -> None:
         """Flush and release the DB (idempotent). Handles are dropped first: a live column
@@ -436,22 +362,7 @@ class RocksTimerStore(KeyedRocksOps):
     def repair(cls, path: str | Path, config: BrokerConfig) -> dict[str, Any]:
         """RocksDB's repair of a damaged store (rebuilds the manifest from the table files),
         then an open and the invariant check. The store must not be open anywhere."""
-        path = Path(path)
-        if not path.is_dir():
-            raise ConfigError(f"timer store {path} does not exist; nothing to repair")
-        try:
-            Rdict.repair(str(path), build_options(config.rocksdb_profile))
-        except Exception as exc:  # rocksdict raises plain Exception for RocksDB status errors
-            text = str(exc)
-            if any(marker in text for marker in _LOCK_MARKERS):
-                raise StoreLockedError(f"timer store {path} is in use; stop the broker before "
-                                       f"repairing it (RocksDB: {text})") from None
-            raise CorruptRecordError(f"RocksDB could not repair {path}: {text}",
-                                     where=str(path)) from None
-        with cls.open(path, config) as store:
-            report = store.check()
-            report["layout"] = store.layout
-        return report
+        return opening.repair_store(cls, Path(path), config)
 
     def relocate(self, now_ms: int) -> dict[str, Any]:
         """vlog: relocate sparse or old segments now and release empty ones ({} for inline)."""
