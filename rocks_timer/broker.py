@@ -100,6 +100,7 @@ class Broker(KeyedOperations):
         self._closed = False
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
+        self._flusher: threading.Thread | None = None  # async mode, once started
         self._wake = threading.Event()  # set by stop() and by sends due before the wake-up
         self._wake_at_ms = 0
         self._tick_lock = threading.Lock()
@@ -282,8 +283,7 @@ class Broker(KeyedOperations):
         return self.deliverer.step(now_ms, wait_for_puts=wait)
 
     def _housekeeping(self, now_ms: int) -> None:
-        flusher = len(self._threads) > 1  # started: the flush thread does it (_flush_loop)
-        if (self._async_flush and not flusher
+        if (self._async_flush and self._flusher is None  # started: _flush_loop flushes
                 and now_ms - self._last_flush_ms >= self.config.flush_interval_ms):
             self._last_flush_ms = now_ms
             self.flush()
@@ -311,8 +311,9 @@ class Broker(KeyedOperations):
         self._threads = [threading.Thread(target=self._timer_loop, name="timer-deliverer",
                                           daemon=True)]
         if self._async_flush:
-            self._threads.append(threading.Thread(target=self._flush_loop, name="broker-flush",
-                                                  daemon=True))
+            self._flusher = threading.Thread(target=self._flush_loop, name="broker-flush",
+                                             daemon=True)
+            self._threads.append(self._flusher)
         for thread in self._threads:
             thread.start()
         if self.levels is not None:
@@ -365,6 +366,7 @@ class Broker(KeyedOperations):
         for thread in self._threads:
             thread.join()
         self._threads = []
+        self._flusher = None
         if self.levels is not None:
             self.levels.stop()
 

@@ -103,3 +103,4 @@ def test_a_store_sync_covers_what_maintain_handed_to_the_thread(tmp_path, monkey
         store.sync()  # returns only once those segments are on disk
         assert dirty <= set(synced)
         releaser.join()
+        assert store.stats().extra["vlog_sync_failures"] == 0

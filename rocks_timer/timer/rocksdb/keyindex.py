@@ -269,6 +269,11 @@ def _clear_counters(store: "RocksTimerStore", batch: WriteBatch) -> None:
         batch.delete_range(prefix, prefix + b"\xff" * 9, store._meta_h)
 
 
+def _put_counters(store: "RocksTimerStore", dues: list[int], batch: WriteBatch) -> None:
+    for name, value in expected_counters(dues).items():
+        batch.put(name, K.pack_count(value), store._meta_h)
+
+
 def rebuild_counters(store: "RocksTimerStore") -> int:
     """Drop the due counters (either format) and write them again from the timer keys alone;
     returns how many keys were counted."""
@@ -288,8 +293,7 @@ def rebuild_counters(store: "RocksTimerStore") -> int:
         finally:
             del it
         batch = WriteBatch(raw_mode=True)
-        for name, value in expected_counters(dues).items():
-            batch.put(name, K.pack_count(value), store._meta_h)
+        _put_counters(store, dues, batch)
         batch.put(K.META_KEY_INDEX, K.KEY_INDEX_VERSION, store._meta_h)
         store._db.write(batch)
         log.warning("timer store %s: due counters rewritten in the compact format for %d "
@@ -330,8 +334,7 @@ def rebuild(store: "RocksTimerStore") -> dict[str, int]:
             check_iterator(it, f"timer store {store.path} key index build")
         finally:
             del it
-        for name, value in expected_counters(dues).items():
-            batch.put(name, K.pack_count(value), store._meta_h)
+        _put_counters(store, dues, batch)
         batch.put(K.META_KEY_INDEX, K.KEY_INDEX_VERSION, store._meta_h)
         store._db.write(batch)
         store._keyed = entries > 0

@@ -184,6 +184,8 @@ def stats(store: "RocksTimerStore") -> StoreStats:
         extra["layout"] = store.layout
         vlog_figures = store.vlog.figures() if store.vlog is not None else {}
         extra.update(vlog_figures)
+        if store._syncer is not None:
+            extra["vlog_sync_failures"] = store._syncer.failures
     for label, ticker in TICKERS_IN_EXTRA.items():
         extra[label] = counts.get(ticker, 0)
     return StoreStats(

@@ -62,8 +62,7 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
                 and now_ms - store._last_sync_ms >= config.timer_flush_interval_ms)
         if sync:
             store._last_sync_ms = now_ms
-            dirty = [vlog.segments[i] for i in vlog.dirty if i in vlog.segments]
-            vlog.dirty.clear()
+            dirty = vlog.take_dirty()
         vlog.seal(now_ms)
         appended = vlog.counters[K.META_VLOG_COUNTERS[0]]
         flush_meta = appended - store._meta_flushed_at >= META_FLUSH_EVERY

@@ -380,10 +380,7 @@ class RocksTimerStore(KeyedRocksOps):
         bytes."""
         with self._lock:
             self._check_open()
-            dirty = []
-            if self.vlog is not None:
-                dirty = [self.vlog.segments[i] for i in self.vlog.dirty if i in self.vlog.segments]
-                self.vlog.dirty.clear()
+            dirty = self.vlog.take_dirty() if self.vlog is not None else []
         if self._syncer is not None:  # and what the background sync has not done yet
             dirty += self._syncer.take()
         sync_segments(dirty)  # outside the lock: sends go on meanwhile

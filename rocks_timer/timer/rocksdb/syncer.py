@@ -9,7 +9,7 @@ promises durability) takes over what the thread has not started and waits for wh
 syncing, so nothing acknowledged before a flush is left out of it.
 
 A segment released while queued is skipped (its file is gone and nothing in it was live); a
-failed fdatasync is logged and counted (``sync_failures`` in ``stats``), never retried: after an
+failed fdatasync is logged and counted (``vlog_sync_failures`` in ``stats``), never retried: after an
 I/O error Linux reports success for pages it dropped, so a retry would prove nothing.
 """
 from __future__ import annotations

@@ -39,6 +39,7 @@ from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb import segments as S
+from rocks_timer.timer.rocksdb.syncer import sync_segments
 
 log = logging.getLogger(__name__)
 
@@ -357,13 +358,11 @@ class ValueLog:
         return n
 
     # -- housekeeping -----------------------------------------------------------------------
-    def sync_dirty(self) -> None:
-        """fdatasync every segment appended to since the last call (async mode's flush)."""
-        for seg_id in list(self.dirty):
-            seg = self.segments.get(seg_id)
-            if seg is not None and seg.file is not None:
-                seg.file.sync()
-            self.dirty.discard(seg_id)
+    def take_dirty(self) -> list[Segment]:
+        """The segments appended to since the last call (their fdatasync is the caller's)."""
+        segs = [self.segments[i] for i in self.dirty if i in self.segments]
+        self.dirty.clear()
+        return segs
 
     def seal(self, now_ms: int) -> None:
         """Seal the long segments of past days and the arrival segments open long enough."""
@@ -420,7 +419,7 @@ class ValueLog:
 
     def close(self) -> None:
         self._meta_h = None  # a live column family handle would keep the RocksDB LOCK
-        self.sync_dirty()
+        sync_segments(self.take_dirty())
         for seg in self.segments.values():
             if seg.file is not None:
                 seg.file.close()
