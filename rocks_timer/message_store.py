@@ -4,6 +4,8 @@
 in groups: it assigns queue and CommitLog offsets, encodes the group into one buffer per segment,
 writes it with one call (one fdatasync per group in sync-flush mode), appends the ConsumeQueue
 entries, and only then resolves the futures, so a resolved put is readable through ``pull``.
+A durable put's future is resolved by the group-commit thread once the CommitLog is synced
+through it (``commit_sync``).
 
 On open the CommitLog's torn tail is truncated (a corrupt record with valid ones after it is
 reported and kept in place), ConsumeQueue entries that point past the end are dropped, and
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator, NamedTuple, Sequence
 
 from rocks_timer.clock import Clock
+from rocks_timer.commit_sync import GroupCommit
 from rocks_timer.commitlog import CommitLog
 from rocks_timer.config import BrokerConfig
 from rocks_timer.batch_encoder import META, encode_batch, prepare_batch, record_size_of
@@ -116,6 +119,7 @@ class MessageStore:
         # called with the set of topics a group wrote, after their ConsumeQueues grew (pop long
         # polling wakes on it); keep listeners quick: they run on the writing thread
         self.arrival_listeners: list[Callable[[set[str]], None]] = []
+        self._group_commit = GroupCommit(self.commitlog.sync_to)
         self._writer = threading.Thread(target=self._writer_loop, name="commitlog-writer",
                                         daemon=True)
         self._writer.start()
@@ -138,9 +142,9 @@ class MessageStore:
                            ) -> "Future[list[PutResult]]":
         """Queue messages to be written together in one group (contiguous, in order); one
         future for all of them, so a batch pays for one wake-up instead of one per message.
-        ``durable``: the writer fdatasyncs the CommitLog through them before the future is
-        done (the deliverer's puts: the sync then runs on the writer's thread, beside the next
-        claim, instead of on the deliverer's)."""
+        ``durable``: the future is done only once the CommitLog is fdatasync'd through them
+        (the deliverer's puts: synced by the group-commit thread, ``commit_sync``, while the
+        writer writes the next group and the deliverer claims the next batch)."""
         messages = list(messages)
         return self._queue(messages, False, self._prepare(messages), durable)
 
@@ -254,15 +258,16 @@ class MessageStore:
                 future.set_exception(PutFailedError(f"commitlog write failed: {exc}"))
             return
         self._written(len(group))
-        if any(item[4] for item in live):
-            try:
-                self.commitlog.sync_to(results.end_offset)
-            except OSError as exc:  # the deliverer's own sync raises it again, before forgetting
-                log.error("commitlog sync after a delivery group failed: %s", exc)
-        at = 0
-        for messages, future, single, *_ in live:
-            future.set_result(results[at] if single else results[at:at + len(messages)])
+        at, durable = 0, []
+        for messages, future, single, _, wants_sync in live:
+            result = results[at] if single else results[at:at + len(messages)]
             at += len(messages)
+            if wants_sync:
+                durable.append((future, result))
+            else:
+                future.set_result(result)
+        if durable:  # resolved once synced, on the group-commit thread (commit_sync.py)
+            self._group_commit.submit(results.end_offset, durable)
 
     def _written(self, puts: int) -> None:
         with self._queued_lock:
@@ -402,6 +407,7 @@ class MessageStore:
         self._closed = True
         self._inbox.put(None)
         self._writer.join()
+        self._group_commit.close()
         with self._write_lock:  # a caller's write in progress finishes first
             self.flush()
             self.commitlog.close()
