@@ -5,7 +5,9 @@
 - **Prefetch**: bodies due within ``vlog_prefetch_ms`` get a ``POSIX_FADV_WILLNEED`` hint, so a
   cold backlog is read by the kernel before the deliverer needs it (no memory held here).
 - **Release**: a sealed segment with no live record is deleted after the RocksDB WAL is synced
-  (its zero count is durable) and the row read back from RocksDB confirms it.
+  (its zero count is durable) and the row read back from RocksDB confirms it. It runs on a
+  thread of its own and holds the store lock only to pick, detach and forget segments: the
+  WAL sync and the file deletions (a few ms each) never stall a claim or a send.
 - **Relocation** (once per body at most): a sealed *arrival* segment whose live fraction fell
   below θ (``vlog_reclaim_live_pct``) or that is older than A (``vlog_reclaim_age_sec``), and
   that would otherwise stay pinned for more than ``vlog_reclaim_min_pinned_sec`` *and* at least
@@ -77,7 +79,7 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
     if hints:
         vlog.will_need(hints)
     if empty:
-        release_empty(store)
+        _maybe_start_release(store)
     _maybe_start_relocation(store, now_ms)
 
 
@@ -110,19 +112,57 @@ def _due_soon(store: "RocksTimerStore", now_ms: int, horizon_ms: int) -> list[I.
 
 
 def release_empty(store: "RocksTimerStore") -> int:
-    """Delete sealed segments with no live record; returns the bytes freed."""
+    """Delete sealed segments with no live record; returns the bytes freed.
+
+    The store lock is held only to pick the segments (marked busy: no other release or
+    relocation takes them), to detach them and to forget their rows; the WAL sync and the
+    unlinks run without it. A crash after an unlink and before the row's delete leaves a row
+    with no live record and no file, which the next release forgets (``ValueLog._open_file``)."""
     vlog = store.vlog
     with store._lock:
         store._check_open()
-        store._db.flush_wal(True)  # every batch that emptied them is durable before a file goes
         segs = vlog.releasable()
-        if not segs:
-            return 0
+        for seg in segs:
+            seg.busy += 1
+    if not segs:
+        return 0
+    rows = None
+    try:
+        store._db.flush_wal(True)  # every batch that emptied them is durable before a file goes
+        rows = durable_rows(store._meta, segs)
+    finally:
+        with store._lock:
+            for seg in segs:
+                seg.busy -= 1
+            gone = vlog.detach(segs, rows) if rows is not None and not store._closed else []
+    vlog.unlink(gone)
+    if not gone:
+        return 0
+    with store._lock:
+        store._check_open()
         batch = WriteBatch(raw_mode=True)
-        freed = vlog.release(segs, durable_rows(store._meta, segs), batch)
+        freed = vlog.forget(gone, batch)
         vlog.stage(Changes(), batch)  # the counters
         store._write(batch)
     return freed
+
+
+def _maybe_start_release(store: "RocksTimerStore") -> None:
+    if store._releaser is not None and store._releaser.is_alive():
+        return
+    store._releaser = threading.Thread(target=_release_quietly, args=(store,),
+                                       name="vlog-release", daemon=True)
+    store._releaser.start()
+
+
+def _release_quietly(store: "RocksTimerStore") -> None:
+    try:
+        release_empty(store)
+    except StoreClosedError:
+        pass
+    except Exception:  # noqa: BLE001 - counted and logged; the next maintain retries
+        store._reclaim_failures += 1
+        log.exception("timer store %s: releasing empty vlog segments failed", store.path)
 
 
 def candidates(store: "RocksTimerStore", now_ms: int) -> list[Segment]:

@@ -106,6 +106,7 @@ class RocksTimerStore(KeyedRocksOps):
         if self.layout == "vlog":
             self.vlog = ValueLog(path / "vlog", config, self._meta, self._meta_h)
         self._relocator: threading.Thread | None = None
+        self._releaser: threading.Thread | None = None
         self._last_sync_ms = 0
         self._syncer = BackgroundSync(f"vlog-sync {path.name}") if self.layout == "vlog" else None
         self._prefetched_to = b""
@@ -131,8 +132,9 @@ class RocksTimerStore(KeyedRocksOps):
     def close(self) -> None:
         """Flush and release the DB (idempotent). Handles are dropped first: a live column
         family handle or iterator would keep the RocksDB LOCK held after close."""
-        if self._relocator is not None:
-            self._relocator.join()
+        for thread in (self._relocator, self._releaser):
+            if thread is not None:
+                thread.join()
         if self._syncer is not None:
             self._syncer.close()
         with self._maint_lock, self._lock:
@@ -348,8 +350,9 @@ class RocksTimerStore(KeyedRocksOps):
         """Wait for a background reclaim started by ``maintain`` (tests, benchmarks)."""
         if self._reclaimer is not None:
             self._reclaimer.join(timeout_s)
-        if self._relocator is not None:
-            self._relocator.join(timeout_s)
+        for thread in (self._relocator, self._releaser):
+            if thread is not None:
+                thread.join(timeout_s)
 
     # -- engine extras ------------------------------------------------------------------------
     def reclaim_tombstones(self) -> dict[str, Any]:

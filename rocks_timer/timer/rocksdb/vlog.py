@@ -382,34 +382,44 @@ class ValueLog:
         return [s for s in self.segments.values()
                 if s.live_count == 0 and not s.busy and self.is_sealed(s)]
 
-    def release(self, segs: list[Segment], durable_rows: dict[int, bytes | None],
-                batch: Any) -> int:
-        """Delete the files of ``segs`` whose durable row (re-read from RocksDB after a WAL
-        sync) confirms zero live records; their rows go into ``batch``. Returns bytes freed."""
+    def detach(self, segs: list[Segment], durable_rows: dict[int, bytes | None]) -> list[Segment]:
+        """Take out of the store's view the segments of ``segs`` still empty, sealed and idle
+        whose durable row (re-read from RocksDB after a WAL sync) confirms zero live records;
+        their files are deleted next (``unlink``), their rows last (``forget``)."""
+        gone = []
         with self._alloc_lock:
-            return self._release(segs, durable_rows, batch)
+            for seg in segs:
+                if seg.busy or seg.live_count or not self.is_sealed(seg):
+                    continue  # picked up by a relocation since the list was made
+                if self.segments.get(seg.id) is not seg:
+                    continue  # released by another caller meanwhile
+                row = durable_rows.get(seg.id)
+                if row is not None and SEGMENT.unpack(row)[3] != 0:
+                    log.error("vlog segment %d: memory says empty, RocksDB says %d live; kept",
+                              seg.id, SEGMENT.unpack(row)[3])
+                    continue
+                del self.segments[seg.id]
+                self.dirty.discard(seg.id)
+                gone.append(seg)
+        return gone
 
-    def _release(self, segs: list[Segment], durable_rows: dict[int, bytes | None],
-                 batch: Any) -> int:
-        freed = 0
+    @staticmethod
+    def unlink(segs: list[Segment]) -> None:
+        """Close and delete the files of detached segments."""
         for seg in segs:
-            if seg.busy or seg.live_count or not self.is_sealed(seg):
-                continue  # picked up by a relocation since the list was made
-            row = durable_rows.get(seg.id)
-            if row is not None and SEGMENT.unpack(row)[3] != 0:
-                log.error("vlog segment %d: memory says empty, RocksDB says %d live; kept",
-                          seg.id, SEGMENT.unpack(row)[3])
-                continue
             if seg.file is not None:
                 seg.file.close()
                 try:
                     seg.file.path.unlink()
                 except FileNotFoundError:
                     pass
+
+    def forget(self, segs: list[Segment], batch: Any) -> int:
+        """The rows of detached, unlinked segments go into ``batch``; returns bytes freed."""
+        freed = 0
+        for seg in segs:
             freed += seg.end
             batch.delete(K.segment_meta_key(seg.id), self._meta_h)
-            del self.segments[seg.id]
-            self.dirty.discard(seg.id)
             self.counters[COUNTERS[3]] += seg.end
             self.counters[COUNTERS[4]] += 1
         return freed
