@@ -97,3 +97,43 @@ def test_the_budget_always_takes_one_entry():
     cut, sizes, bodies, copies, codes = claim_codec.claim_batch([key, key], [value, value], None,
                                                                 1, NOW)
     assert cut == 1 and sizes == [len(value)] and codes == [None] and type(copies[0]) is bytes
+
+
+big_entries = st.lists(st.tuples(st.integers(0, 40), st.binary(max_size=64),
+                                 st.sampled_from(["ok"] * 12 + ["bad-key", "short", "missing",
+                                                                "flip", "other-key", "past-end"])),
+                       min_size=claim_codec.SPLIT_ENTRIES, max_size=3 * claim_codec.SPLIT_ENTRIES)
+
+
+@settings(max_examples=15, deadline=None)
+@given(big_entries, st.booleans(), st.randoms(use_true_random=False))
+def test_large_claims_read_on_two_threads_match_the_reference(tmp_path_factory, specs, vlog, rng):
+    """A claim of SPLIT_ENTRIES or more is read and prepared in two halves on two threads:
+    the same results, damage included, in either layout."""
+    keys, values, path = build(tmp_path_factory.mktemp("claim"), specs, vlog, rng if vlog else None)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fds = {1: fd} if vlog else None
+        native = claim_codec._native_claim(keys, values, fds, 1 << 30, NOW)
+        assert native[0] == len(specs)
+        assert native == claim_codec.claim_batch_py(keys, values, fds, 1 << 30, NOW)
+    finally:
+        os.close(fd)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 2 ** 64 - 1) | st.integers(NOW, NOW + 5_000), max_size=300),
+       st.booleans())
+def test_due_second_counts_match_the_reference(dues, in_order):
+    raws = [due.to_bytes(8, "big") + b"t" * (due % 30) for due in (sorted(dues) if in_order else dues)]
+    counts = claim_codec._native_second_counts(raws)
+    assert counts == claim_codec.due_second_counts_py(raws)
+    assert sum(counts.values()) == len(raws)
+
+
+def test_due_second_counts_refuse_what_is_not_a_key():
+    for bad in ([b"1234567"], [b"12345678", "not bytes"]):
+        with pytest.raises(ValueError):
+            claim_codec._native_second_counts(bad)
+        with pytest.raises(ValueError):
+            claim_codec.due_second_counts_py(bad)

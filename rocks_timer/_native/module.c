@@ -37,6 +37,8 @@ static PyMethodDef methods[] = {
      "Route a common send (see routing.py); None to let the Python path decide."},
     {"claim_batch", claim_batch, METH_VARARGS,
      "The RocksDB claim's work after the index walk: budget, segment reads, prepared copies."},
+    {"due_second_counts", due_second_counts, METH_O,
+     "How many timer keys (bytes; due ms in the first 8, big-endian) fall due in each second."},
     {"delivery_copies", delivery_copies, METH_VARARGS,
      "Timer values to prepared CommitLog records (TIMER_OUT_MS, TIMER_DEQUEUE_MS added), or None."},
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},
@@ -49,5 +51,10 @@ PyMODINIT_FUNC PyInit_codec(void) {
     crc_init();
     timer_init();
     if (fields_init() < 0 || routing_init() < 0) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "CLAIM_SPLIT_ENTRIES", SPLIT_ENTRIES) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

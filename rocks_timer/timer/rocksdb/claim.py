@@ -48,19 +48,20 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int,
         values: list[bytes] = []
         it = store._timer.iter(read_opts)
         in_flight = store._in_flight
-        key_of, value_of, step, valid = it.key, it.value, it.next, it.valid
+        key_of, value_of, step = it.key, it.value, it.next
         add_key, add_value = keys.append, values.append
         try:
             it.seek(store._claim_cursor)
             for _ in range(max_messages):
-                if not valid():
+                key = key_of()  # None once the iterator is no longer valid
+                if key is None:
                     break
-                add_key(key_of())
+                add_key(key)
                 add_value(value_of())
                 step()
             check_iterator(it, f"timer store {store.path} claim")  # never a silent early end
         finally:
-            del it, key_of, value_of, step, valid
+            del it, key_of, value_of, step
         # every in-flight key sorts below the claim cursor (claims advance it), so none is
         # read again; this stays as a guard (one C-level pass, not a lookup per key in Python)
         whole = True  # the walk took every key of its range (its span, ClaimedBatch)
@@ -88,9 +89,8 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int,
             keys, values, bodies, sizes, copies, messages = (
                 [column[i] for i in keep]
                 for column in (keys, values, bodies, sizes, copies, messages))
-        if fds is not None:  # vlog: completing a key releases its record's bytes
-            version = I.POINTER_VERSION
-            in_flight.update(zip(keys, [v if v[0] == version else None for v in values]))
+        if fds is not None:  # vlog: completing a key releases its record's bytes (a value
+            in_flight.update(zip(keys, values))  # kept inline is skipped: drop_pointers)
         else:
             in_flight.update(dict.fromkeys(keys))
         store._claim_cursor = K.key_successor(last)

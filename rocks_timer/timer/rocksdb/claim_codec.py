@@ -9,6 +9,7 @@ equal. Codes name why an entry cannot be delivered; the claim turns them into
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.delivery import native_copies
@@ -17,8 +18,11 @@ from rocks_timer.timer.rocksdb import segments as S
 
 try:
     from rocks_timer._native.codec import claim_batch as _native_claim
+    from rocks_timer._native.codec import due_second_counts as _native_second_counts
+    from rocks_timer._native.codec import CLAIM_SPLIT_ENTRIES as SPLIT_ENTRIES
 except ImportError:  # pragma: no cover - no C compiler at install time
-    _native_claim = None
+    _native_claim = _native_second_counts = None
+    SPLIT_ENTRIES = 256  # claims this large are read on two threads by the native claim only
 
 
 def claim_batch_py(keys: list[bytes], values: list[bytes], fds: dict[int, int] | None,
@@ -67,3 +71,19 @@ def claim_batch_py(keys: list[bytes], values: list[bytes], fds: dict[int, int] |
 
 
 claim_batch = _native_claim if _native_claim is not None else claim_batch_py
+
+
+def due_second_counts_py(raws: Iterable[bytes]) -> dict[int, int]:
+    """How many of the timer keys ``raws`` fall due in each second (``{second: count}``); a
+    delivered batch's due counters change by these (``keyindex.removed_unkeyed``)."""
+    counts: dict[int, int] = {}
+    for raw in raws:
+        if type(raw) is not bytes or len(raw) < K.DUE_SIZE:
+            raise ValueError("due_second_counts: a key is not bytes of 8 or more")
+        second = K.key_due_ms(raw) // 1000
+        counts[second] = counts.get(second, 0) + 1
+    return counts
+
+
+due_second_counts = (_native_second_counts if _native_second_counts is not None
+                     else due_second_counts_py)

@@ -31,7 +31,9 @@ def complete(store: "RocksTimerStore", records: Sequence[DueRecord],
         changes = IndexChanges()
         if type(records) is ClaimedBatch:
             # keys reconciled already or never claimed here are not in flight: skipped
-            raws = dict.fromkeys(raw for raw in records.tokens if raw in in_flight)
+            raws = dict.fromkeys(records.tokens)
+            if not in_flight.keys() >= raws.keys():
+                raws = {raw: None for raw in raws if raw in in_flight}
             if store._keyed:
                 at = {raw: i for i, raw in enumerate(records.tokens)}
                 for raw in raws:

@@ -25,6 +25,7 @@ from rocks_timer.errors import (ConfigError, CorruptRecordError, InvalidHandleEr
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.handles import decode_handle, encode_handle
 from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb.claim_codec import due_second_counts
 from rocks_timer.timer.rocksdb.duecount import expected_counters
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.store import PendingEntry, ScanPage, TimerKey
@@ -68,10 +69,11 @@ class IndexChanges:
 
 def removed_unkeyed(changes: IndexChanges, raws: Iterable[bytes]) -> None:
     """``changes.removed(raw)`` for many keys without index entries (a delivery batch): the
-    due prefixes counted in one pass."""
-    deltas, due_of = changes.deltas, K.key_due_ms
-    for prefix, n in Counter(raw[:K.DUE_SIZE] for raw in raws).items():
-        due = due_of(prefix)
+    keys counted per due second in one native pass (the counters are per second at the finest,
+    ``duecount``)."""
+    deltas = changes.deltas
+    for second, n in due_second_counts(raws).items():
+        due = second * 1000
         deltas[due] = deltas.get(due, 0) - n
 
 
