@@ -71,7 +71,7 @@ def test_native_claim_batch_matches_the_reference(tmp_path_factory, specs, vlog,
     fd = os.open(path, os.O_RDONLY)
     try:
         fds = {1: fd} if vlog else None
-        native = claim_codec._native_claim(keys, values, fds, max_bytes, NOW)
+        native = claim_codec.claim_batch_native(keys, values, fds, max_bytes, NOW)
         assert native == claim_codec.claim_batch_py(keys, values, fds, max_bytes, NOW)
     finally:
         os.close(fd)
@@ -85,7 +85,7 @@ def test_native_reads_scattered_records(tmp_path_factory, specs, max_bytes, rng)
     keys, values, path = build(tmp_path_factory.mktemp("claim"), specs, True, rng)
     fd = os.open(path, os.O_RDONLY)
     try:
-        native = claim_codec._native_claim(keys, values, {1: fd}, max_bytes, NOW)
+        native = claim_codec.claim_batch_native(keys, values, {1: fd}, max_bytes, NOW)
         assert native == claim_codec.claim_batch_py(keys, values, {1: fd}, max_bytes, NOW)
     finally:
         os.close(fd)
@@ -114,7 +114,7 @@ def test_large_claims_read_on_two_threads_match_the_reference(tmp_path_factory, 
     fd = os.open(path, os.O_RDONLY)
     try:
         fds = {1: fd} if vlog else None
-        native = claim_codec._native_claim(keys, values, fds, 1 << 30, NOW)
+        native = claim_codec.claim_batch_native(keys, values, fds, 1 << 30, NOW)
         assert native[0] == len(specs)
         assert native == claim_codec.claim_batch_py(keys, values, fds, 1 << 30, NOW)
     finally:

@@ -2,6 +2,8 @@
 tombstone reclaim, on both layouts."""
 from __future__ import annotations
 
+import random
+
 from rocks_support import (BIG, T0, clock, ids, layout, msg, open_store,  # noqa: F401 - fixtures
                           rec)
 
@@ -104,3 +106,35 @@ def test_spans_cover_exactly_what_each_claim_took(open_store):
     assert ClaimedBatch.join([parts[0], parts[1][1:]]).spans is None
     store.complete(joined, None)
     assert store.pending_count() == 0 and store.check()["problems"] == []
+
+
+def test_bodies_read_from_segments_are_sliced_only_when_asked(tmp_path):
+    """In ``vlog`` a claim's bodies stay in the buffer its segment records were read into: the
+    batch holds no bytes object per body until one is read, and joining claims keeps it so;
+    what is read equals the stored value, by index, negative index and slice."""
+    from rocks_timer import BrokerConfig
+    from rocks_timer.timer.rocksdb import RocksTimerStore
+    from rocks_timer.timer.rocksdb.claim_codec import ReadBodies, _native_claim
+    from rocks_timer.timer.rocksdb.claimed import Joined
+    from rocks_timer.timer.values import encode_value
+
+    with RocksTimerStore.open(tmp_path / "v", BrokerConfig(rocksdb_layout="vlog")) as store:
+        records = [rec(i, T0 + 10 + i, body=random.Random(i).randbytes(2000)) for i in range(12)]
+        records.append(rec(99, T0 + 50, body=b"small"))  # kept inline in the index
+        store.schedule(records, T0)
+        parts = [store.claim_due(T0 + 100, 5, BIG) for _ in range(3)]
+        expected = {r.message.msg_id: encode_value(r.message, 1 << 20) for r in records}
+        if _native_claim is not None:
+            assert all(type(part.bodies) is ReadBodies for part in parts)
+            assert [b is None for b in parts[0].bodies._given] == [True] * 5
+        joined = join_records(parts)
+        assert type(joined.bodies) is Joined and len(joined.bodies) == 13
+        got = [joined.bodies[i] for i in range(13)]
+        assert got == [expected[K.decode_key(t).msg_id] for t in joined.tokens]
+        assert joined.bodies[-1] == got[-1] and joined.bodies[2:5] == got[2:5]
+        assert list(parts[1].bodies) == got[5:10] and parts[1].bodies[-2:] == got[8:10]
+        assert [r.message.body for r in joined] == [
+            next(x for x in records if x.message.msg_id == K.decode_key(t).msg_id).message.body
+            for t in joined.tokens]
+        store.complete(joined, None)
+        assert store.pending_count() == 0

@@ -104,3 +104,36 @@ def test_a_store_sync_covers_what_maintain_handed_to_the_thread(tmp_path, monkey
         assert dirty <= set(synced)
         releaser.join()
         assert store.stats().extra["vlog_sync_failures"] == 0
+
+
+def test_a_release_closing_a_segment_waits_for_its_sync_in_progress(tmp_path):
+    """The release thread closes a segment's file while the sync thread may be syncing it: the
+    close waits for the fdatasync, and a sync after the close does nothing (never a stale or
+    reused descriptor, never EBADF)."""
+    seg = SegmentFile(tmp_path, 1)
+    seg.append(b"x" * 4096)
+    entered, release = threading.Event(), threading.Event()
+    real = os.fdatasync
+
+    def slow_fdatasync(fd):
+        entered.set()
+        release.wait(10)
+        real(fd)
+
+    os.fdatasync = slow_fdatasync
+    try:
+        syncing = threading.Thread(target=seg.sync)
+        syncing.start()
+        assert entered.wait(10)
+        closing = threading.Thread(target=seg.close)
+        closing.start()
+        closing.join(0.2)
+        assert closing.is_alive() and seg.fd >= 0  # waits for the sync in progress
+        release.set()
+        syncing.join(10)
+        closing.join(10)
+    finally:
+        os.fdatasync = real
+        release.set()
+    assert seg.fd == -1
+    seg.sync()  # closed: nothing to do

@@ -2,14 +2,18 @@
  * Reference: claim_batch_py in rocks_timer/timer/rocksdb/claim_codec.py (same results,
  * tests/test_claim_native.py).
  *
- * claim_batch(keys, values, fds, max_bytes, now_ms) -> (cut, sizes, bodies, copies, codes)
+ * claim_batch(keys, values, fds, max_bytes, now_ms)
+ *     -> (cut, sizes, bodies, copies, codes, blob, spans)
  *
  * ``keys``/``values`` are the index entries the walk took, in key order; ``fds`` maps a value
  * segment id to its open file descriptor (None for the inline layout, where no value is a
  * pointer). Each entry's size is its pointer's record length (vlog) or its value's length; the
  * batch is cut before the first entry (after the first) that takes the sum past ``max_bytes``.
- * For every entry before ``cut``: ``bodies[i]`` is the encoded timer value (read from its
- * segment for a pointer, all reads with the GIL released once), ``copies[i]`` its prepared
+ * For every entry before ``cut``: ``bodies[i]`` is the encoded timer value, or None when it
+ * was read from its segment (all reads with the GIL released once, straight into ``blob``):
+ * then it is the ``length`` bytes at ``offset`` of ``blob``, the i-th pair of little-endian
+ * int64 in ``spans`` (-1, -1 for the others), sliced only if someone asks for it (claim_codec.
+ * ReadBodies; a body object per record cost a sixth of the delivery rate). ``copies[i]`` its prepared
  * CommitLog record (delivery.c) or None, and ``codes[i]`` None or why it cannot be delivered:
  * ``bad-key`` (the key's length byte does not match), ``short-pointer``, ``missing`` (no such
  * segment), or a value-segment refusal (past-end, bad-magic, bad-length, bad-crc, other-key).
@@ -27,6 +31,11 @@
 
 static uint32_t be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void put_le64(unsigned char *p, int64_t value) {
+    uint64_t v = (uint64_t)value;
+    for (int k = 0; k < 8; k++) p[k] = (unsigned char)(v >> (8 * k));
 }
 
 static int64_t be64(const unsigned char *p) {
@@ -116,6 +125,7 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
     if (e == NULL) return PyErr_NoMemory();
     unsigned char *buf = NULL, *copies_buf = NULL;
     PyObject *sizes = NULL, *bodies = NULL, *copies = NULL, *codes = NULL, *result = NULL;
+    PyObject *blob = NULL, *spans = NULL;
     Py_ssize_t cut = 0, used = 0, total = 0;
     for (; cut < n; cut++) {
         PyObject *key = PyList_GET_ITEM(keys, cut), *value = PyList_GET_ITEM(values, cut);
@@ -173,9 +183,12 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
         r->copy_len = -1;
         if (r->code == NULL) copy_total += DELIVERY_COPY_BOUND(r->pointer ? r->size : r->value_len);
     }
-    buf = PyMem_Malloc(total ? total : 1);
+    if ((blob = PyBytes_FromStringAndSize(NULL, total)) == NULL ||
+        (spans = PyBytes_FromStringAndSize(NULL, 16 * cut)) == NULL)
+        goto done;
+    buf = (unsigned char *)PyBytes_AS_STRING(blob); /* not shared before this call returns */
     copies_buf = PyMem_Malloc(copy_total ? copy_total : 1);
-    if (buf == NULL || copies_buf == NULL) { PyErr_NoMemory(); goto done; }
+    if (copies_buf == NULL) { PyErr_NoMemory(); goto done; }
     int err;
     /* Without the GIL (the CommitLog writer's thread runs meanwhile) */
     Py_BEGIN_ALLOW_THREADS
@@ -190,17 +203,20 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
         (copies = PyList_New(cut)) == NULL || (codes = PyList_New(cut)) == NULL)
         goto done;
     /* With the GIL: only the objects */
+    unsigned char *span = (unsigned char *)PyBytes_AS_STRING(spans);
     for (Py_ssize_t i = 0; i < cut; i++) {
         entry_t *r = &e[i];
+        int read = r->pointer && r->code == NULL;
+        put_le64(span + 16 * i, read ? (int64_t)(r->value - buf) : -1);
+        put_le64(span + 16 * i + 8, read ? (int64_t)r->value_len : -1);
         PyObject *size = PyLong_FromSsize_t(r->size);
         if (size == NULL) goto done;
         PyList_SET_ITEM(sizes, i, size);
         PyObject *body, *code, *copy;
         if (r->read_refused) {
             body = Py_NewRef(Py_None); /* its segment record was refused: no body */
-        } else if (r->pointer && r->code == NULL) {
-            body = PyBytes_FromStringAndSize((const char *)r->value, r->value_len);
-            if (body == NULL) goto done;
+        } else if (read) {
+            body = Py_NewRef(Py_None); /* in blob, at its span */
         } else {
             body = Py_NewRef(PyList_GET_ITEM(values, i)); /* inline, or refused before reading */
         }
@@ -221,10 +237,11 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
         }
         PyList_SET_ITEM(copies, i, copy);
     }
-    result = Py_BuildValue("(nOOOO)", cut, sizes, bodies, copies, codes);
+    result = Py_BuildValue("(nOOOOOO)", cut, sizes, bodies, copies, codes, blob, spans);
 done:
     PyMem_Free(e);
-    PyMem_Free(buf);
+    Py_XDECREF(blob);
+    Py_XDECREF(spans);
     PyMem_Free(copies_buf);
     Py_XDECREF(sizes);
     Py_XDECREF(bodies);

@@ -9,7 +9,8 @@ equal. Codes name why an entry cannot be delivered; the claim turns them into
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import struct
+from collections.abc import Iterable, Sequence
 
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.delivery import native_copies
@@ -70,7 +71,53 @@ def claim_batch_py(keys: list[bytes], values: list[bytes], fds: dict[int, int] |
     return cut, sizes, bodies, copies, codes
 
 
-claim_batch = _native_claim if _native_claim is not None else claim_batch_py
+SPAN = struct.Struct("<qq")
+
+
+class ReadBodies(Sequence):
+    """The bodies of a native claim: each value read from a value segment stays in the one
+    buffer the claim read into (``blob``, at its ``spans`` pair) and becomes a bytes object only
+    when someone asks for it (a test, the CLI, a keyed store's KEYS, an entry left to Python);
+    the others (inline values, refusals) are held as given. Equal to any sequence with the same
+    bodies."""
+
+    __slots__ = ("_given", "_blob", "_spans")
+
+    def __init__(self, given: list, blob: bytes, spans: bytes) -> None:
+        self._given, self._blob, self._spans = given, blob, spans
+
+    def __len__(self) -> int:
+        return len(self._given)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        body = self._given[i]
+        if body is not None:
+            return body
+        offset, length = SPAN.unpack_from(self._spans, SPAN.size * (i % len(self._given)))
+        return None if length < 0 else self._blob[offset:offset + length]
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (Sequence, list)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ReadBodies({len(self)} bodies)"
+
+
+def claim_batch_native(keys: list[bytes], values: list[bytes], fds: dict[int, int] | None,
+                       max_bytes: int, now_ms: int) -> tuple[int, list, Sequence, list, list]:
+    """The native claim (``claim.c``), its bodies left in the buffer they were read into."""
+    cut, sizes, given, copies, codes, blob, spans = _native_claim(keys, values, fds, max_bytes,
+                                                                  now_ms)
+    return cut, sizes, ReadBodies(given, blob, spans), copies, codes
+
+
+claim_batch = claim_batch_native if _native_claim is not None else claim_batch_py
 
 
 def due_second_counts_py(raws: Iterable[bytes]) -> dict[int, int]:

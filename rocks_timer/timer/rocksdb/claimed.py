@@ -15,6 +15,7 @@ or a slice of a batch, has no spans (None) and is completed key by key.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from typing import Iterator
 
@@ -62,15 +63,41 @@ def distinct_keys(message: Message | None, raw: bytes, value: bytes) -> tuple[st
     return tuple(dict.fromkeys(keys)) if len(keys) > 1 else keys
 
 
+class Joined(Sequence):
+    """Several sequences end to end, items read through (the bodies of joined claims)."""
+
+    __slots__ = ("_parts", "_starts")
+
+    def __init__(self, parts: list[Sequence]) -> None:
+        self._parts = parts
+        self._starts = [0]
+        for part in parts:
+            self._starts.append(self._starts[-1] + len(part))
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        k = bisect_right(self._starts, i) - 1
+        return self._parts[k][i - self._starts[k]]
+
+
 class ClaimedBatch(Sequence):
-    """Claimed records, column by column: raw keys (``tokens``), stored values (``bodies``),
+    """Claimed records, column by column: raw keys (``tokens``), stored values (``bodies``: a
+    list, or a sequence slicing each on access, ``claim_codec.ReadBodies``/``Joined``),
     sizes, prepared copies and the messages the claim decoded already (None where it did not).
     Items are ``ClaimedRecord``s, made on first access and kept, so ``batch[0] is batch[0]``.
     ``spans``: the ``[begin, end)`` key ranges holding exactly these records, or None."""
 
     __slots__ = ("tokens", "bodies", "sizes", "copies", "messages", "spans", "_items")
 
-    def __init__(self, tokens: list[bytes], bodies: list[bytes], sizes: list[int],
+    def __init__(self, tokens: list[bytes], bodies: Sequence[bytes], sizes: list[int],
                  copies: list, messages: list, spans: list[tuple[bytes, bytes]] | None = None):
         self.tokens, self.bodies, self.sizes = tokens, bodies, sizes
         self.copies, self.messages, self.spans = copies, messages, spans
@@ -80,13 +107,15 @@ class ClaimedBatch(Sequence):
     def join(cls, parts: Sequence["ClaimedBatch"]) -> "ClaimedBatch":
         if len(parts) == 1:
             return parts[0]
-        columns = ([], [], [], [], [])
+        columns: tuple[list, ...] = ([], [], [], [], [])
         spans: list[tuple[bytes, bytes]] | None = []
         for part in parts:
             for column, values in zip(columns, part._columns()):
-                column.extend(values)
+                if column is not columns[1]:
+                    column.extend(values)
             spans = None if spans is None or part.spans is None else spans + part.spans
-        return cls(*columns, spans)
+        bodies = Joined([part.bodies for part in parts])  # read bodies stay unsliced
+        return cls(columns[0], bodies, *columns[2:], spans)
 
     def _columns(self) -> tuple[list, list, list, list, list]:
         return self.tokens, self.bodies, self.sizes, self.copies, self.messages

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import zlib
 from pathlib import Path
 
@@ -121,6 +122,7 @@ class SegmentFile:
         self.id = segment_id
         self.path = directory / segment_name(segment_id)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        self._fd_lock = threading.Lock()  # the background sync vs a release's close
         self.size = os.fstat(self.fd).st_size
 
     def append(self, data: bytes) -> int:
@@ -134,9 +136,9 @@ class SegmentFile:
         return os.pread(self.fd, length, offset)
 
     def sync(self) -> None:
-        fd = self.fd
-        if fd >= 0:  # else closed: a released segment (nothing in it was live)
-            os.fdatasync(fd)
+        with self._fd_lock:  # a release closing it meanwhile waits: never a stale descriptor
+            if self.fd >= 0:  # else closed: a released segment (nothing in it was live)
+                os.fdatasync(self.fd)
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)
@@ -150,9 +152,10 @@ class SegmentFile:
         os.posix_fadvise(self.fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        with self._fd_lock:
+            if self.fd >= 0:
+                os.close(self.fd)
+                self.fd = -1
 
 
 WINDOW = 8 << 20
