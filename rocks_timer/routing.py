@@ -138,20 +138,28 @@ def route_batch(messages: Sequence[Message], *, now_ms: int, config: BrokerConfi
             or (delay_ms is not None and deliver_at_ms is not None)):
         return [route(m, now_ms=now_ms, config=config, new_id=new_id, **schedule)
                 for m in messages]
-    fixed = (config.max_message_size, config.max_delay_ms, MAX_PROPERTIES_SIZE, _valid_topics,
-             _FORBIDDEN, Message, new_id or new_msg_id)
-    native, new_route, routes = _native_route, _new_route, []
-    for msg in messages:
-        routed = native(msg, now_ms, delay_ms, deliver_at_ms, *fixed)
-        routes.append(new_route(Route, routed + (0,)) if routed is not None else
-                      route(msg, now_ms=now_ms, config=config, new_id=new_id, **schedule))
+    if type(messages) is not list:
+        messages = list(messages)
+    fixed = (now_ms, delay_ms, deliver_at_ms, config.max_message_size, config.max_delay_ms,
+             MAX_PROPERTIES_SIZE, _valid_topics, _FORBIDDEN, Message, new_id or new_msg_id, Route)
+    routes: list[Route] = []
+    at, n = 0, len(messages)
+    while at < n:  # the native loop stops at a message it leaves to Python: routed here, in order
+        done = _native_batch(messages, at, *fixed)
+        routes += done
+        at += len(done)
+        if at < n:
+            routes.append(route(messages[at], now_ms=now_ms, config=config, new_id=new_id,
+                                **schedule))
+            at += 1
     return routes
 
 
 try:  # the same in C (rocks_timer/_native/routing.c), when it was built
     from rocks_timer._native.codec import route_common as _native_route
+    from rocks_timer._native.codec import route_common_batch as _native_batch
 except ImportError:  # pragma: no cover - no C compiler at install time
-    _native_route = None
+    _native_route = _native_batch = None
 
 _new_route = tuple.__new__  # Route from a (kind, message, due_ms, level) tuple, no checks
 _valid_topics: set[str] = set()  # topics validate_topic accepted (a cache, bounded below)

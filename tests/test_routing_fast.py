@@ -178,3 +178,23 @@ def test_ids_made_in_bulk_look_like_ids_made_one_at_a_time():
     supply = msg_id_supplier(2)
     got = [supply() for _ in range(4)]  # two from the bulk, then one at a time
     assert len(set(got)) == 4 and all(len(i) == 32 for i in got)
+
+
+def test_a_batch_takes_generated_ids_in_message_order():
+    """The native batch loop stops at a message it leaves to the reference, which is routed
+    next, in place: the ids the batch supplies follow the messages' order, as one call per
+    message does."""
+    class Custom(Message):  # not the common case: routed by the reference
+        pass
+
+    made = iter(f"{i:032X}" for i in range(100))
+    msgs = [Message("orders", b"a"), Message("orders", b"b"),
+            Custom("orders", b"c"), Message("orders", b"d")]
+    routing._valid_topics.clear()
+    routes = routing.route_batch(msgs, now_ms=NOW, config=CONFIG, new_id=lambda: next(made),
+                                 delay_ms=5000)
+    ids = [r.message.msg_id for r in routes]  # the reference makes its own id
+    assert ids[:2] + ids[3:] == [f"{i:032X}" for i in range(3)] and len(ids[2]) == 32
+    assert [r.message.body for r in routes] == [b"a", b"b", b"c", b"d"]
+    assert all(type(r) is routing.Route and r.kind == "timer" and r.level == 0 for r in routes)
+    assert routes[0].due_ms == NOW + 5000

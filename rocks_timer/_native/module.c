@@ -35,6 +35,8 @@ static PyMethodDef methods[] = {
      "Check and split value-segment records read in one buffer: a value or an error each."},
     {"route_common", route_common, METH_VARARGS,
      "Route a common send (see routing.py); None to let the Python path decide."},
+    {"route_common_batch", route_common_batch, METH_VARARGS,
+     "route_common over a batch from an index, as Route tuples, up to the first left to Python."},
     {"claim_batch", claim_batch, METH_VARARGS,
      "The RocksDB claim's work after the index walk: budget, segment reads, prepared copies."},
     {"due_second_counts", due_second_counts, METH_O,

@@ -73,6 +73,7 @@ PyObject *due_second_counts(PyObject *self, PyObject *raws);
 /* routing.c */
 int routing_init(void);
 PyObject *route_common(PyObject *self, PyObject *args);
+PyObject *route_common_batch(PyObject *self, PyObject *args);
 /* timer.c */
 void timer_init(void);
 PyObject *encode_schedule(PyObject *self, PyObject *args);

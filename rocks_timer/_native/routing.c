@@ -76,13 +76,19 @@ static void entry(char *buf, Py_ssize_t *len, const char *name, const char *valu
     buf[(*len)++] = 2;
 }
 
-PyObject *route_common(PyObject *self, PyObject *args) {
-    PyObject *msg, *delay, *deliver_at, *valid_topics, *forbidden, *cls, *new_id;
+/* What stays the same for every message of one send. */
+typedef struct {
     long long now_ms, max_body, max_delay, max_props;
-    if (!PyArg_ParseTuple(args, "OLOOLLLO!O!O!O", &msg, &now_ms, &delay, &deliver_at, &max_body,
-                          &max_delay, &max_props, &PySet_Type, &valid_topics,
-                          &PyFrozenSet_Type, &forbidden, &PyType_Type, &cls, &new_id))
-        return NULL;
+    PyObject *delay, *deliver_at, *valid_topics, *forbidden, *cls, *new_id;
+    PyTypeObject *route; /* NULL: a plain (kind, message, due_ms) tuple; else a Route */
+} send_t;
+
+/* The route of one message (see route_common), None to let Python decide, NULL on error. */
+static PyObject *route_one(PyObject *msg, const send_t *c) {
+    long long now_ms = c->now_ms, max_body = c->max_body, max_delay = c->max_delay,
+              max_props = c->max_props;
+    PyObject *delay = c->delay, *deliver_at = c->deliver_at, *valid_topics = c->valid_topics,
+             *forbidden = c->forbidden, *cls = c->cls, *new_id = c->new_id;
     if ((PyObject *)Py_TYPE(msg) != cls) Py_RETURN_NONE;
     PyObject *dict = PyObject_GenericGetDict(msg, NULL);
     if (dict == NULL) return NULL;
@@ -190,7 +196,19 @@ PyObject *route_common(PyObject *self, PyObject *args) {
         goto fail;
     if ((copy = ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0)) == NULL) goto fail;
     if (PyObject_GenericSetDict(copy, new_dict, NULL) < 0) goto fail;
-    result = Py_BuildValue("(OOL)", kind, copy, due);
+    if (c->route == NULL) {
+        result = Py_BuildValue("(OOL)", kind, copy, due);
+    } else if ((result = c->route->tp_alloc(c->route, 4)) != NULL) {
+        PyObject *due_ms = PyLong_FromLongLong(due);
+        if (due_ms == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyTuple_SET_ITEM(result, 0, Py_NewRef(kind));
+        PyTuple_SET_ITEM(result, 1, Py_NewRef(copy));
+        PyTuple_SET_ITEM(result, 2, due_ms);
+        PyTuple_SET_ITEM(result, 3, PyLong_FromLong(0)); /* level: none (a small int) */
+    }
     goto done;
 none:
     result = Py_NewRef(Py_None);
@@ -207,4 +225,58 @@ done:
     Py_XDECREF(due_obj);
     Py_XDECREF(copy);
     return result;
+}
+
+PyObject *route_common(PyObject *self, PyObject *args) {
+    PyObject *msg;
+    send_t c = {0};
+    if (!PyArg_ParseTuple(args, "OLOOLLLO!O!O!O", &msg, &c.now_ms, &c.delay, &c.deliver_at,
+                          &c.max_body, &c.max_delay, &c.max_props, &PySet_Type, &c.valid_topics,
+                          &PyFrozenSet_Type, &c.forbidden, &PyType_Type, &c.cls, &c.new_id))
+        return NULL;
+    return route_one(msg, &c);
+}
+
+/* route_common_batch(messages, start, now_ms, delay_ms, deliver_at_ms, max_body, max_delay,
+ * max_props, valid_topics, forbidden, Message, new_id, Route) -> [Route, ...]: the routes of
+ * messages[start:], made as Route tuples (level 0), up to the first message route_common
+ * leaves to Python (the list is shorter then; its caller routes that one and goes on from the
+ * next, so ids are taken in message order, as one call per message would). */
+PyObject *route_common_batch(PyObject *self, PyObject *args) {
+    PyObject *messages, *route_type;
+    Py_ssize_t start;
+    send_t c = {0};
+    if (!PyArg_ParseTuple(args, "O!nLOOLLLO!O!O!OO!", &PyList_Type, &messages, &start, &c.now_ms,
+                          &c.delay, &c.deliver_at, &c.max_body, &c.max_delay, &c.max_props,
+                          &PySet_Type, &c.valid_topics, &PyFrozenSet_Type, &c.forbidden,
+                          &PyType_Type, &c.cls, &c.new_id, &PyType_Type, &route_type))
+        return NULL;
+    PyTypeObject *rt = (PyTypeObject *)route_type;
+    if (!PyType_IsSubtype(rt, &PyTuple_Type) || rt->tp_itemsize != sizeof(PyObject *)) {
+        PyErr_SetString(PyExc_TypeError, "route_common_batch: Route must be a tuple type");
+        return NULL;
+    }
+    c.route = rt;
+    PyObject *routes = PyList_New(0);
+    if (routes == NULL) return NULL;
+    for (Py_ssize_t i = start < 0 ? 0 : start; i < PyList_GET_SIZE(messages); i++) {
+        PyObject *msg = Py_NewRef(PyList_GET_ITEM(messages, i));
+        PyObject *route = route_one(msg, &c);
+        Py_DECREF(msg);
+        if (route == NULL) {
+            Py_DECREF(routes);
+            return NULL;
+        }
+        if (route == Py_None) {
+            Py_DECREF(route);
+            break;
+        }
+        int rc = PyList_Append(routes, route);
+        Py_DECREF(route);
+        if (rc < 0) {
+            Py_DECREF(routes);
+            return NULL;
+        }
+    }
+    return routes;
 }

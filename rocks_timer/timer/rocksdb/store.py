@@ -96,6 +96,7 @@ class RocksTimerStore(KeyedRocksOps):
         self._write_opts.sync = config.rocksdb_sync or config.flush_disk_type == "sync"
         self._lock = threading.Lock()
         self._maint_lock = threading.Lock()  # compaction runs outside _lock; close waits for it
+        self._sync_lock = threading.Lock()  # so does the WAL sync of ``sync``: sends go on
         self._closed = False
         # claimed key -> its index value when that is a vlog pointer (else None)
         self._in_flight: dict[bytes, bytes | None] = {}
@@ -137,7 +138,7 @@ class RocksTimerStore(KeyedRocksOps):
                 thread.join()
         if self._syncer is not None:
             self._syncer.close()
-        with self._maint_lock, self._lock:
+        with self._sync_lock, self._maint_lock, self._lock:
             if self._closed:
                 return
             self._closed = True
@@ -387,7 +388,7 @@ class RocksTimerStore(KeyedRocksOps):
         if self._syncer is not None:  # and what the background sync has not done yet
             dirty += self._syncer.take()
         sync_segments(dirty)  # outside the lock: sends go on meanwhile
-        with self._lock:
+        with self._sync_lock:  # and during the WAL's sync too (RocksDB orders it with writes)
             if not self._closed:
                 self._db.flush_wal(True)
 
