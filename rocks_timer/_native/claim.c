@@ -12,18 +12,14 @@
  * For every entry before ``cut``: ``bodies[i]`` is the encoded timer value, or None when it
  * was read from its segment (all reads with the GIL released once, straight into ``blob``):
  * then it is the ``length`` bytes at ``offset`` of ``blob``, the i-th pair of little-endian
- * int64 in ``spans`` (-1, -1 for the others), sliced only if someone asks for it (claim_codec.
- * ReadBodies; a body object per record cost a sixth of the delivery rate). ``copies[i]`` its prepared
- * CommitLog record (delivery.c) or None, and ``codes[i]`` None or why it cannot be delivered:
+ * int64 in ``spans`` (-1, -1 for the others), sliced only if someone asks for it
+ * (claim_codec.ReadBodies: a bytes object per body cost a sixth of the delivery rate).
+ * ``copies[i]`` is its prepared CommitLog record (delivery.c) or None, and ``codes[i]`` None
+ * or why it cannot be delivered:
  * ``bad-key`` (the key's length byte does not match), ``short-pointer``, ``missing`` (no such
  * segment), or a value-segment refusal (past-end, bad-magic, bad-length, bad-crc, other-key).
- *
- * The reads, checks and prepared records of a large claim are split in two halves of about
- * the same bytes, one on a second thread: the broker's timer loop, which claims, is the
- * delivery path's bottleneck, and this part needs neither the GIL nor anything shared. Which
- * thread does which entry changes no result. */
+ */
 #include <errno.h>
-#include <pthread.h>
 
 #include "native.h"
 
@@ -52,62 +48,34 @@ typedef struct {
     Py_ssize_t copy_at, copy_len;      /* the prepared record in the copy buffer; -1: none */
 } entry_t;
 
-typedef struct {
-    entry_t *e;
-    Py_ssize_t from, to;
-    unsigned char *buf, *copies_buf;
-    long long now_ms;
-    int err; /* an errno of a failed read, else 0 */
-} part_t;
-
-/* Read every segment record of entries [from, to), check it (magic, length, CRC, key) and
- * write each prepared record. No Python object is touched: the keys and index values are
- * bytes the caller's lists hold, so their buffers stay put. */
-static void *read_part(void *arg) {
-    part_t *p = arg;
-    entry_t *e = p->e;
-    for (Py_ssize_t i = p->from; i < p->to && !p->err; i++)
+/* Read every segment record of the first ``cut`` entries, check it (magic, length, CRC, key)
+ * and write each prepared record; 0 or the errno of a failed read. No Python object is touched
+ * (call without the GIL): the keys and index values are bytes the caller's lists hold, so their
+ * buffers stay put. */
+static int read_all(entry_t *e, Py_ssize_t cut, unsigned char *buf, unsigned char *copies_buf,
+                    long long now_ms) {
+    int err = 0;
+    for (Py_ssize_t i = 0; i < cut && !err; i++)
         if (e[i].pointer && e[i].code == NULL)
-            p->err = pread_full(e[i].fd, p->buf + e[i].at, e[i].size, e[i].offset, &e[i].got);
-    for (Py_ssize_t i = p->from; i < p->to && !p->err; i++) {
+            err = pread_full(e[i].fd, buf + e[i].at, e[i].size, e[i].offset, &e[i].got);
+    for (Py_ssize_t i = 0; i < cut && !err; i++) {
         entry_t *r = &e[i];
         if (r->code != NULL) continue;
         if (r->pointer) {
             Py_ssize_t value_at = 0;
-            r->code = vlog_check(p->buf + r->at, r->got, 0, r->size, r->key, r->key_len,
-                                 &value_at, &r->value_len);
+            r->code = vlog_check(buf + r->at, r->got, 0, r->size, r->key, r->key_len, &value_at,
+                                 &r->value_len);
             if (r->code != NULL) {
                 r->read_refused = 1;
                 continue;
             }
-            r->value = p->buf + r->at + value_at;
+            r->value = buf + r->at + value_at;
         }
-        r->copy_len = delivery_copy_into(r->value, r->value_len, (long long)be64(r->key),
-                                         p->now_ms, p->copies_buf + r->copy_at,
+        r->copy_len = delivery_copy_into(r->value, r->value_len, (long long)be64(r->key), now_ms,
+                                         copies_buf + r->copy_at,
                                          DELIVERY_COPY_BOUND(r->value_len));
     }
-    return NULL;
-}
-
-/* read_part over [0, cut): the second half (by bytes) on a thread of its own when the claim
- * is large and a thread can be had, else everything here. Returns an errno or 0. */
-static int read_all(entry_t *e, Py_ssize_t cut, unsigned char *buf, unsigned char *copies_buf,
-                    long long now_ms) {
-    part_t first = {e, 0, cut, buf, copies_buf, now_ms, 0}, second = first;
-    pthread_t helper;
-    int split = 0;
-    if (cut >= SPLIT_ENTRIES) {
-        long long work = 0, half = 0;
-        for (Py_ssize_t i = 0; i < cut; i++) work += e[i].size + 256; /* bytes + per-entry cost */
-        Py_ssize_t mid = 0;
-        for (; mid < cut && half * 2 < work; mid++) half += e[mid].size + 256;
-        first.to = second.from = mid;
-        split = mid > 0 && mid < cut && pthread_create(&helper, NULL, read_part, &second) == 0;
-        if (!split) first.to = cut;
-    }
-    read_part(&first);
-    if (split) pthread_join(helper, NULL);
-    return first.err ? first.err : second.err;
+    return err;
 }
 
 PyObject *claim_batch(PyObject *self, PyObject *args) {

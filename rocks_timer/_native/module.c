@@ -53,10 +53,5 @@ PyMODINIT_FUNC PyInit_codec(void) {
     crc_init();
     timer_init();
     if (fields_init() < 0 || routing_init() < 0) return NULL;
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "CLAIM_SPLIT_ENTRIES", SPLIT_ENTRIES) < 0) {
-        Py_DECREF(m);
-        return NULL;
-    }
-    return m;
+    return PyModule_Create(&module);
 }

@@ -68,7 +68,6 @@ Py_ssize_t delivery_copy_into(const unsigned char *v, Py_ssize_t len, long long 
 #define DELIVERY_COPY_BOUND(len) (RECORD_FIXED_SIZE + (len) + DELIVERY_EXTRA_MAX + 9)
 /* claim.c */
 PyObject *claim_batch(PyObject *self, PyObject *args);
-#define SPLIT_ENTRIES 256 /* a claim this large (entries) is read and prepared by two threads */
 PyObject *due_second_counts(PyObject *self, PyObject *raws);
 /* routing.c */
 int routing_init(void);

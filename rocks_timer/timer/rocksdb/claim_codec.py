@@ -20,10 +20,8 @@ from rocks_timer.timer.rocksdb import segments as S
 try:
     from rocks_timer._native.codec import claim_batch as _native_claim
     from rocks_timer._native.codec import due_second_counts as _native_second_counts
-    from rocks_timer._native.codec import CLAIM_SPLIT_ENTRIES as SPLIT_ENTRIES
 except ImportError:  # pragma: no cover - no C compiler at install time
     _native_claim = _native_second_counts = None
-    SPLIT_ENTRIES = 256  # claims this large are read on two threads by the native claim only
 
 
 def claim_batch_py(keys: list[bytes], values: list[bytes], fds: dict[int, int] | None,
