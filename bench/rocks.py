@@ -1,6 +1,7 @@
 """RocksDB engine benchmark: send, deliver, lateness, a 1M burst and tombstones, in one run.
 
     python -m bench.rocks [--messages 100000] [--burst 1000000] [--rate 5000] [--seconds 20]
+    python -m bench.rocks --deliver-only 4    # the delivery figure alone, four times
 
 1. send: ``RocksTimerStore.schedule`` with single records and batches of 100 vs a raw rocksdict
    WriteBatch of the same (pre-encoded) keys and values; plus ``Broker.send_batch`` end to end.
@@ -252,11 +253,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--results-dir", type=Path, default=None,
                         help="where the JSON goes (default bench/results)")
+    parser.add_argument("--deliver-only", type=int, default=None, metavar="N",
+                        help="only the delivery figure, N times in a row, one JSON line each "
+                             "(comparing builds of the delivery path; writes no results file)")
     parser.add_argument("--burst-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--burst-layout", default="vlog", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.burst_child is not None:
         print(json.dumps(burst_child(args.burst_child, args.burst_layout)))
+        return 0
+    if args.deliver_only is not None:
+        for _ in range(args.deliver_only):
+            print(json.dumps(bench_deliver(args.messages)), flush=True)
         return 0
     result = {"profile": BrokerConfig().rocksdb_profile,
               "layout": BrokerConfig().rocksdb_layout,

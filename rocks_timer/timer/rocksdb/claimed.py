@@ -107,15 +107,19 @@ class ClaimedBatch(Sequence):
     def join(cls, parts: Sequence["ClaimedBatch"]) -> "ClaimedBatch":
         if len(parts) == 1:
             return parts[0]
-        columns: tuple[list, ...] = ([], [], [], [], [])
+        tokens: list[bytes] = []
+        sizes: list[int] = []
+        copies: list = []
+        messages: list = []
         spans: list[tuple[bytes, bytes]] | None = []
         for part in parts:
-            for column, values in zip(columns, part._columns()):
-                if column is not columns[1]:
-                    column.extend(values)
+            tokens += part.tokens
+            sizes += part.sizes
+            copies += part.copies
+            messages += part.messages
             spans = None if spans is None or part.spans is None else spans + part.spans
-        bodies = Joined([part.bodies for part in parts])  # read bodies stay unsliced
-        return cls(columns[0], bodies, *columns[2:], spans)
+        bodies = Joined([part.bodies for part in parts])  # bodies read lazily stay so
+        return cls(tokens, bodies, sizes, copies, messages, spans)
 
     def _columns(self) -> tuple[list, list, list, list, list]:
         return self.tokens, self.bodies, self.sizes, self.copies, self.messages
