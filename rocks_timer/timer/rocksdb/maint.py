@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from rocksdict import BottommostLevelCompaction, CompactOptions, WriteBatch
 
@@ -71,21 +71,34 @@ def maybe_start_reclaim(store: "RocksTimerStore") -> None:
     if store._backlog and deletes < BACKLOG_RECLAIM_FACTOR * every:
         return
     due = deletes >= every or (store._pending == 0 and deletes >= every // 10)
-    if not due or (store._reclaimer is not None and store._reclaimer.is_alive()):
-        return
-    store._reclaimer = threading.Thread(target=_reclaim_quietly, args=(store,),
-                                        name="rocks-reclaim", daemon=True)
-    store._reclaimer.start()
+    if due and not running(store._reclaimer):
+        in_background(store, "_reclaimer", "rocks-reclaim", "tombstone reclaim",
+                      reclaim_tombstones)
 
 
-def _reclaim_quietly(store: "RocksTimerStore") -> None:
+def running(thread: threading.Thread | None) -> bool:
+    return thread is not None and thread.is_alive()
+
+
+def in_background(store: "RocksTimerStore", attr: str, name: str, what: str,
+                  work: Callable[..., Any], *args: Any) -> None:
+    """Run ``work(store, *args)`` on a daemon thread kept in ``store.<attr>`` (closing the
+    store joins it). A store closed meanwhile ends it quietly; any other failure is counted
+    (``reclaim_failures`` in stats) and logged, and the next ``maintain`` tries again."""
+    thread = threading.Thread(target=_quietly, args=(store, what, work, args), name=name,
+                              daemon=True)
+    setattr(store, attr, thread)
+    thread.start()
+
+
+def _quietly(store: "RocksTimerStore", what: str, work: Callable[..., Any], args: tuple) -> None:
     try:
-        reclaim_tombstones(store)
+        work(store, *args)
     except StoreClosedError:
         pass
     except Exception:  # noqa: BLE001 - counted and logged; the next maintain retries
         store._reclaim_failures += 1
-        log.exception("timer store %s: tombstone reclaim failed", store.path)
+        log.exception("timer store %s: %s failed", store.path, what)
 
 
 def reclaim_tombstones(store: "RocksTimerStore") -> dict[str, Any]:

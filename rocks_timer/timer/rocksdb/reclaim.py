@@ -25,15 +25,14 @@ changed meanwhile (cancelled, claimed, delivered, re-sent) is not re-pointed: it
 from __future__ import annotations
 
 import logging
-import threading
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from rocksdict import ReadOptions, WriteBatch
 
-from rocks_timer.errors import StoreClosedError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb.maint import in_background, running
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb.segments import iter_records
 from rocks_timer.timer.rocksdb.vlog import ARRIVAL, Changes, Segment, day_of, durable_rows
@@ -148,21 +147,9 @@ def release_empty(store: "RocksTimerStore") -> int:
 
 
 def _maybe_start_release(store: "RocksTimerStore") -> None:
-    if store._releaser is not None and store._releaser.is_alive():
-        return
-    store._releaser = threading.Thread(target=_release_quietly, args=(store,),
-                                       name="vlog-release", daemon=True)
-    store._releaser.start()
-
-
-def _release_quietly(store: "RocksTimerStore") -> None:
-    try:
-        release_empty(store)
-    except StoreClosedError:
-        pass
-    except Exception:  # noqa: BLE001 - counted and logged; the next maintain retries
-        store._reclaim_failures += 1
-        log.exception("timer store %s: releasing empty vlog segments failed", store.path)
+    if not running(store._releaser):
+        in_background(store, "_releaser", "vlog-release", "releasing empty vlog segments",
+                      release_empty)
 
 
 def candidates(store: "RocksTimerStore", now_ms: int) -> list[Segment]:
@@ -186,7 +173,7 @@ def candidates(store: "RocksTimerStore", now_ms: int) -> list[Segment]:
 
 
 def _maybe_start_relocation(store: "RocksTimerStore", now_ms: int) -> None:
-    if store._relocator is not None and store._relocator.is_alive():
+    if running(store._relocator):
         return
     with store._lock:
         if store._closed:
@@ -196,20 +183,14 @@ def _maybe_start_relocation(store: "RocksTimerStore", now_ms: int) -> None:
             seg.busy += 1
     if not todo:
         return
-    store._relocator = threading.Thread(target=_relocate_quietly, args=(store, todo, now_ms),
-                                        name="vlog-relocate", daemon=True)
-    store._relocator.start()
+    in_background(store, "_relocator", "vlog-relocate", "vlog relocation", _relocate_all, todo,
+                  now_ms)
 
 
-def _relocate_quietly(store: "RocksTimerStore", segs: list[Segment], now_ms: int) -> None:
+def _relocate_all(store: "RocksTimerStore", segs: list[Segment], now_ms: int) -> None:
     try:
         for seg in segs:
             relocate_segment(store, seg, now_ms)
-    except StoreClosedError:
-        pass
-    except Exception:  # noqa: BLE001 - counted and logged; the next maintain retries
-        store._reclaim_failures += 1
-        log.exception("timer store %s: vlog relocation failed", store.path)
     finally:
         for seg in segs:
             seg.busy -= 1
