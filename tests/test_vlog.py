@@ -13,7 +13,7 @@ from rocks_timer.errors import CorruptRecordError
 from rocks_timer.timer.rocksdb import RocksTimerStore
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb import segments as S
-from rocks_timer.timer.rocksdb.vlog import DAY_MS, LONG, delay_class
+from rocks_timer.timer.rocksdb.liveness import DAY_MS, LONG, delay_class
 from rocks_support import BIG, T0, msg, rec  # noqa: F401
 
 SMALL_SEGMENTS = BrokerConfig(vlog_segment_bytes=64 << 10, rocksdb_layout="vlog")

@@ -15,7 +15,6 @@ decoded: its entries are left dangling and every reader (``find``) checks the ti
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from rocksdict import ReadOptions, WriteBatch

@@ -15,7 +15,7 @@ from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb.keyindex import IndexChanges
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb import segments as S
-from rocks_timer.timer.rocksdb.vlog import Changes, delay_class
+from rocks_timer.timer.rocksdb.liveness import Changes, delay_class
 
 if TYPE_CHECKING:
     from rocks_timer.message import Message

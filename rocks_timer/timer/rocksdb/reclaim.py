@@ -35,7 +35,7 @@ from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb.maint import in_background, running
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb.segments import iter_records
-from rocks_timer.timer.rocksdb.vlog import ARRIVAL, Changes, Segment, day_of, durable_rows
+from rocks_timer.timer.rocksdb.liveness import ARRIVAL, Changes, Segment, day_of, durable_rows
 
 if TYPE_CHECKING:
     from rocks_timer.timer.rocksdb.store import RocksTimerStore

@@ -113,7 +113,7 @@ def _reschedule_locked(store: "RocksTimerStore", targets: Sequence[tuple[str, by
     replaced = [old for old in existing if old is not None]
     new_live = None
     if store.vlog is not None:
-        from rocks_timer.timer.rocksdb.vlog import Changes
+        from rocks_timer.timer.rocksdb.liveness import Changes
         live = Changes()
         fields = [(m.queue_id, len(m.body), m.tags) for m in finals.values()]
         values = store.vlog.append(new_raws, values, now_ms, batch, live, fields)

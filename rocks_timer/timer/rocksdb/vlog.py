@@ -1,7 +1,7 @@
 """The value log of the ``vlog`` layout: segment files, their liveness table, appends, reads,
 prefetch hints and release (DESIGN §6b).
 
-Liveness lives in ``meta`` under ``vlog.seg.<id>`` (``SEGMENT`` below) and changes only inside
+Liveness lives in ``meta`` under ``vlog.seg.<id>`` (``liveness.SEGMENT``) and changes only inside
 the WriteBatch of the schedule, cancel, delivery, reconcile or relocation that changes it: the
 store collects ``Changes`` while it builds a batch, ``stage`` puts the new rows into that batch,
 and ``commit`` applies them in memory once the write succeeded. So the table is exact after a
@@ -25,92 +25,30 @@ reported, and the index entries pointing past it are set aside when they are cla
 """
 from __future__ import annotations
 
-import bisect
 import logging
 import operator
 import struct
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from rocks_timer.errors import CorruptRecordError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb.liveness import (ARRIVAL, LONG, SEGMENT, Changes, Segment,
+                                                 day_of, delay_class, seal_age_ms)
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb import segments as S
 from rocks_timer.timer.rocksdb.syncer import sync_segments
 
 log = logging.getLogger(__name__)
 
-# kind, due day, created ms, live count, live bytes, end, latest due ms of any record written
-SEGMENT = struct.Struct(">BqqQQQQ")
 SEG_PREFIX = K.META_VLOG_SEGMENT_PREFIX
 META_NEXT_ID = K.META_VLOG_NEXT_ID
 COUNTERS = K.META_VLOG_COUNTERS
 U64 = struct.Struct(">Q")
-ARRIVAL, LONG = 0, 1
-DAY_MS = 86_400_000
-CLASS_FACTOR = 1.5
-# upper bound (ms, exclusive) of each delay class; class 0 holds delays under 1.5 s
-CLASS_BOUNDS = [int(1000 * CLASS_FACTOR ** (c + 1)) for c in range(64)]
-MIN_SEAL_AGE_MS = 1_000
 COALESCE_GAP = 4096  # one prefetch hint for two records at most this many bytes apart
 _SEGMENT_OFFSET = operator.itemgetter(0, 1)
-
-
-def delay_class(delay_ms: int) -> int:
-    """The arrival class of a body due ``delay_ms`` after its send."""
-    return bisect.bisect_right(CLASS_BOUNDS, delay_ms)
-
-
-def class_low_ms(cls: int) -> int:
-    """The shortest delay of class ``cls``."""
-    return CLASS_BOUNDS[cls - 1] if cls > 0 else 0
-
-
-def seal_age_ms(cls: int) -> int:
-    """How long an arrival segment of class ``cls`` stays open at most."""
-    return max(MIN_SEAL_AGE_MS, class_low_ms(cls) // 4)
-
-
-@dataclass(slots=True)
-class Segment:
-    """One segment's row of the liveness table, and its open file."""
-
-    id: int
-    kind: int
-    day: int  # long segments: the due day; arrival segments: the delay class
-    created_ms: int
-    live_count: int
-    live_bytes: int
-    end: int
-    max_due_ms: int = 0
-    file: S.SegmentFile | None = None
-    busy: int = 0  # relocations using it (as source or target): not released meanwhile
-
-
-
-class Changes(dict):
-    """Segment id → [count delta, bytes delta] collected while a batch is built."""
-
-    def add(self, segment: int, count: int, nbytes: int) -> None:
-        entry = self.get(segment)
-        if entry is None:
-            self[segment] = [count, nbytes]
-        else:
-            entry[0] += count
-            entry[1] += nbytes
-
-    def keep(self, pointer_value: bytes) -> None:
-        """A pointer enters the index (schedule, relocation target)."""
-        seg, _, length = I.POINTER.unpack_from(pointer_value)[1:4]
-        self.add(seg, 1, length)
-
-    def drop(self, pointer_value: bytes) -> None:
-        """A live pointer leaves the index (delete, overwrite, relocation source)."""
-        seg, _, length = I.POINTER.unpack_from(pointer_value)[1:4]
-        self.add(seg, -1, -length)
 
 
 class ValueLog:
@@ -461,12 +399,3 @@ class ValueLog:
             "vlog_short_segments": list(self.short_segments),
             "vlog_missing_segments": list(self.missing_segments),
         }
-
-
-def durable_rows(meta: Any, segs: list[Segment]) -> dict[int, bytes | None]:
-    keys = [K.segment_meta_key(s.id) for s in segs]
-    return {s.id: (None if v is None else bytes(v)) for s, v in zip(segs, meta.get(keys))}
-
-
-def day_of(due_ms: int) -> int:
-    return due_ms // DAY_MS
