@@ -20,77 +20,24 @@ import threading
 from collections import defaultdict
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator
 
 from rocks_timer.clock import Clock
 from rocks_timer.commit_sync import GroupCommit
 from rocks_timer.commitlog import CommitLog
 from rocks_timer.config import BrokerConfig
-from rocks_timer.batch_encoder import META, encode_batch, prepare_batch, record_size_of
+from rocks_timer.batch_encoder import encode_batch, prepare_batch, record_size_of
 from rocks_timer.consumequeue import ConsumeQueue, ConsumeQueueSet, tags_code
 from rocks_timer.cq_recovery import rebuild_consume_queues
 from rocks_timer.errors import (CorruptRecordError, InvalidMessageError, PutFailedError,
                                 RocksTimerError, StoreClosedError)
 from rocks_timer.message import Message, new_msg_id
-from rocks_timer.record import MAX_STORED_PROPERTIES, decode_record, prepared_identity
+from rocks_timer.put_results import PutResult, PutResults
+from rocks_timer.record import MAX_STORED_PROPERTIES, decode_record
 
 log = logging.getLogger(__name__)
 _GROUP_MAX_MESSAGES = 4096
 _GROUP_MAX_BYTES = 8 << 20
-
-
-class PutResult(NamedTuple):
-    """Where a put landed (a NamedTuple: the writer builds one per message, cheaply)."""
-
-    msg_id: str
-    topic: str
-    queue_id: int
-    queue_offset: int
-    commitlog_offset: int
-    size: int
-    store_ms: int
-
-
-class PutResults(Sequence):
-    """The results of one batch put, built on access from the writer's packed per-message
-    metadata: a group writes many messages, and most callers read only a few results (or just
-    the end offset), so none is allocated up front."""
-
-    __slots__ = ("_messages", "_meta", "_store_ms", "_start", "_stop")
-
-    def __init__(self, messages: list[Message], meta: bytes, store_ms: int, start: int = 0,
-                 stop: int | None = None):
-        self._messages = messages
-        self._meta = meta  # batch_encoder.META per message
-        self._store_ms = store_ms
-        self._start = start
-        self._stop = len(messages) if stop is None else stop
-
-    def __len__(self) -> int:
-        return self._stop - self._start
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                return [self[i] for i in range(start, stop, step)]
-            return PutResults(self._messages, self._meta, self._store_ms, self._start + start,
-                              self._start + stop)
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        i = self._start + index
-        queue_offset, position, size, queue_id = META.unpack_from(self._meta, i * META.size)
-        msg = self._messages[i]
-        msg_id, topic = prepared_identity(msg) if type(msg) is bytes else (msg.msg_id, msg.topic)
-        return PutResult(msg_id, topic, queue_id, queue_offset, position, size, self._store_ms)
-
-    @property
-    def end_offset(self) -> int:
-        """CommitLog offset just past the last record of these results."""
-        _, position, size, _ = META.unpack_from(self._meta, (self._stop - 1) * META.size)
-        return position + size
 
 
 class MessageStore:
