@@ -2,6 +2,8 @@
 library errors become one-line ``Error: ...`` messages."""
 from __future__ import annotations
 
+import faulthandler
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,15 @@ for _command in (cmd_messages.send, cmd_messages.scan, cmd_messages.cancel, cmd_
 
 
 def main() -> None:
+    _stacks_on_sigusr1()
     cli(prog_name="rtimer", auto_envvar_prefix=None)
+
+
+def _stacks_on_sigusr1() -> None:
+    """``kill -USR1 <pid>`` prints every thread's Python stack to stderr and goes on: a broker
+    that does not stop can be asked where it is, as ``jstack`` asks a Java one."""
+    if hasattr(signal, "SIGUSR1"):
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
 
 
 if __name__ == "__main__":

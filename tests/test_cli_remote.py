@@ -163,11 +163,31 @@ def test_follow_prints_messages_as_they_arrive(data, inherited):
         try:
             err = proc.communicate(timeout=30)[1]
         except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # rtimer prints every thread's stack, then goes on
+            time.sleep(1)
             proc.kill()
-            raise
+            stacks = proc.communicate()[1]
+            pytest.fail(f"the follower did not stop within 30 s of SIGINT; its threads:\n{stacks}")
     assert proc.returncode == 0, err
     assert "Traceback" not in err
     assert not (data / "rtimer.sock").exists()
+
+
+
+def test_sigusr1_prints_every_thread_and_the_broker_goes_on(data):
+    """``kill -USR1`` asks a running broker where each of its threads is (stderr), as jstack
+    asks a Java one; the broker keeps serving and stops cleanly afterwards."""
+    proc = start_broker(data)
+    try:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
+        assert "pending" in rtimer_json(data, "stats")  # still serving
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        err = proc.communicate(timeout=30)[1]
+    assert proc.returncode == 0, err
+    assert err.count("(most recent call first):") >= 3  # the main thread and the services'
+    assert 'File "' in err and "Traceback" not in err
 
 
 def test_protocol_is_json_lines_with_typed_errors(tmp_path):
