@@ -97,7 +97,7 @@ class ReadBodies(Sequence):
         return None if length < 0 else self._blob[offset:offset + length]
 
     def __eq__(self, other) -> bool:
-        if isinstance(other, (Sequence, list)):
+        if isinstance(other, Sequence):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other))
         return NotImplemented
 

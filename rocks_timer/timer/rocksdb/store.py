@@ -98,7 +98,8 @@ class RocksTimerStore(KeyedRocksOps):
         self._maint_lock = threading.Lock()  # compaction runs outside _lock; close waits for it
         self._sync_lock = threading.Lock()  # so does the WAL sync of ``sync``: sends go on
         self._closed = False
-        # claimed key -> its index value when that is a vlog pointer (else None)
+        # claimed key -> its index value in vlog (a pointer's bytes are released when it
+        # completes; an inline value is skipped), None in the inline layout
         self._in_flight: dict[bytes, bytes | None] = {}
         self.layout = state.layout
         self.index_compaction = state.index_compaction
