@@ -3,9 +3,11 @@ library errors become one-line ``Error: ...`` messages."""
 from __future__ import annotations
 
 import faulthandler
+import os
 import signal
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -21,11 +23,30 @@ class RtimerGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # `rtimer scan | head`: the reader has what it wanted
+            _quiet_broken_pipe()
         except RocksTimerError as exc:
             raise click.ClickException(str(exc)) from None
         except OSError as exc:  # a data dir we cannot read or write: say so, no traceback
             raise click.ClickException(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")
                                        ) from None
+
+
+SIGPIPE_EXIT = 128 + 13  # the status of a tool the shell saw end by SIGPIPE (seq, cat, grep)
+
+
+def _quiet_broken_pipe() -> NoReturn:
+    """End like other tools whose reader went away (``| head``): no traceback, no error line,
+    status 141. The data dir is already closed (the ``with`` blocks unwound on the way
+    here); stdout goes to /dev/null so that Python's final flush of what is still buffered
+    does not print an "Exception ignored" line."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (an embedding program): nothing to quiet
+        pass
+    raise SystemExit(SIGPIPE_EXIT)
 
 
 @click.group(cls=RtimerGroup, context_settings={"help_option_names": ["-h", "--help"]})
