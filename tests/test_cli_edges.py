@@ -2,6 +2,7 @@
 for a terminal, bodies from a file or stdin, and the data-dir lock of a concurrent command."""
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 from pathlib import Path
@@ -12,8 +13,8 @@ from click.testing import CliRunner
 from cli.main import cli
 
 from rocks_timer import Broker, BrokerConfig, Message
-from test_cli import rt
-from test_cli_remote import RTIMER, ROOT
+from test_cli import assert_one_line_error, rt
+from test_cli_remote import RTIMER, ROOT, start_broker, stop_broker
 
 SIGPIPE_STATUS = 141
 
@@ -67,3 +68,59 @@ def test_bodies_printed_as_text_carry_no_terminal_controls(data):
     as_json = CliRunner().invoke(cli, ["--data-dir", str(data), "consume", "orders", "--group",
                                        "third", "--json"])
     assert json.loads(as_json.stdout)[0]["body"] == EVIL
+
+
+BINARY = bytes(range(256)) * 300  # every byte value, 76,800 bytes, not UTF-8
+
+
+def test_send_body_file_and_stdin_carry_exact_bytes(data, tmp_path):
+    body = tmp_path / "body.bin"
+    body.write_bytes(BINARY)
+    [sent] = json.loads(rt(data, "send", "bin", "--body-file", str(body), "--json").stdout)
+    assert sent["route"] == "immediate"
+    piped = CliRunner().invoke(cli, ["--data-dir", str(data), "send", "bin", "--body-file", "-",
+                                     "--delay", "0s", "--count", "2", "--json"], input=BINARY)
+    assert piped.exit_code == 0, piped.stderr
+    got = json.loads(rt(data, "consume", "bin", "--json").stdout)
+    assert [base64.b64decode(m["body_base64"]) for m in got] == [BINARY] * 3
+    text = tmp_path / "text.txt"
+    text.write_text("h\u00e9llo\n")
+    rt(data, "send", "txt", "--body-file", str(text))
+    [m] = json.loads(rt(data, "consume", "txt", "--json").stdout)
+    assert m["body"] == "h\u00e9llo\n" and "body_base64" not in m
+
+
+def test_body_file_is_bounded_by_the_max_body_size_and_stores_nothing(data, tmp_path):
+    conf = tmp_path / "small.toml"
+    conf.write_text("max_message_size = 1024\n")
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * 1025)
+    args = ["--data-dir", str(data), "--config", str(conf), "send", "t"]
+    for extra, stdin in ((["--body-file", str(big)], None), (["--body-file", "-"], b"y" * 5000),
+                         (["--body-file", "/dev/zero"], None)):
+        done = CliRunner().invoke(cli, [*args, *extra], input=stdin)
+        assert_one_line_error(done, "max_message_size 1024", "nothing was sent")
+    exact = tmp_path / "exact.bin"
+    exact.write_bytes(b"z" * 1024)
+    assert CliRunner().invoke(cli, [*args, "--body-file", str(exact)]).exit_code == 0
+    for bad, fragment in (([], "exactly one"), (["body", "--body-file", str(exact)], "exactly one"),
+                          (["--body-file", str(tmp_path / "absent")], "absent")):
+        assert_one_line_error(CliRunner().invoke(cli, [*args, *bad]), fragment)
+    assert len(json.loads(rt(data, "consume", "t", "--json").stdout)) == 1
+
+
+def test_body_file_through_a_running_broker(data, tmp_path):
+    body = tmp_path / "body.bin"
+    body.write_bytes(BINARY)
+    proc = start_broker(data)
+    try:
+        done = subprocess.run([*RTIMER, "--data-dir", str(data), "send", "bin", "--body-file",
+                               "-", "--json"], cwd=ROOT, input=BINARY, capture_output=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        got = json.loads(subprocess.run([*RTIMER, "--data-dir", str(data), "consume", "bin",
+                                         "--json"], cwd=ROOT, capture_output=True,
+                                        timeout=60).stdout)
+        assert [base64.b64decode(m["body_base64"]) for m in got] == [BINARY]
+    finally:
+        stop_broker(proc)
