@@ -14,7 +14,7 @@ import click
 from rocks_timer.errors import RocksTimerError
 
 from cli import cmd_broker, cmd_keys, cmd_messages, demo
-from cli.session import ENGINES, Settings
+from cli.session import ENGINES, LOCK_WAIT_S, Settings
 
 
 class RtimerGroup(click.Group):
@@ -58,9 +58,14 @@ def _quiet_broken_pipe() -> NoReturn:
 @click.option("--engine", type=click.Choice(ENGINES),
               help="Timer engine; overrides the config's timer_engine. Default: the one the "
                    "data dir was created with, else rocksdb.")
+@click.option("--lock-wait", "lock_wait_s", type=click.FloatRange(0, 3600), envvar="RTIMER_LOCK_WAIT",
+              default=LOCK_WAIT_S, show_default=True, metavar="SECONDS",
+              help="How long to wait for a data dir another rtimer process holds without a "
+                   "socket (another command; env RTIMER_LOCK_WAIT).")
 @click.version_option(package_name="rocks-timer", prog_name="rtimer")
 @click.pass_context
-def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, engine: str | None) -> None:
+def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, engine: str | None,
+        lock_wait_s: float) -> None:
     """rtimer: RocketMQ scheduled messages on a RocksDB timer store.
 
     While `rtimer run` holds the data dir, the other commands reach it over
@@ -68,7 +73,7 @@ def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, engine: st
 
     Example: rtimer send orders "close order 42" --delay 30m
     """
-    ctx.obj = Settings(data_dir, config_file, engine)
+    ctx.obj = Settings(data_dir, config_file, engine, lock_wait_s)
 
 
 for _command in (cmd_messages.send, cmd_messages.scan, cmd_messages.cancel, cmd_messages.consume,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,33 @@ def test_body_file_through_a_running_broker(data, tmp_path):
         assert [base64.b64decode(m["body_base64"]) for m in got] == [BINARY]
     finally:
         stop_broker(proc)
+
+
+def test_a_command_waits_for_the_data_dir_another_process_holds(data):
+    rt(data, "send", "orders", "x")
+    holder = Broker.open(data, BrokerConfig())  # holds the lock, serves no socket
+    waiting = subprocess.Popen([*RTIMER, "--data-dir", str(data), "--lock-wait", "60", "send",
+                                "orders", "y", "--delay", "1h"], cwd=ROOT,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        refused = CliRunner().invoke(cli, ["--data-dir", str(data), "--lock-wait", "0.3",
+                                           "scan"])
+        assert_one_line_error(refused, "in use by pid", "waited 0.3 s", "--lock-wait")
+        time.sleep(1.5)  # the command has started and is waiting (before: it gave up at 3 s)
+        assert waiting.poll() is None
+    finally:
+        holder.close()
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+    assert len(json.loads(rt(data, "scan", "--json").stdout)) == 1
+
+
+def test_concurrent_commands_without_a_broker_all_succeed(data):
+    rt(data, "send", "orders", "x")
+    procs = [subprocess.Popen([*RTIMER, "--data-dir", str(data), "send", "orders", f"m{i}",
+                               "--delay", "1h"], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(4)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+    assert len(json.loads(rt(data, "scan", "--json").stdout)) == 4
