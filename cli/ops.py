@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rocks_timer import Broker, InvalidMessageError, Message
-from rocks_timer.errors import InvalidArgumentError
+from rocks_timer.errors import InvalidArgumentError, RocksTimerError
 from rocks_timer.message import is_system_topic
 from rocks_timer.timer.handles import TOPIC_PATTERN, decode_handle
 
@@ -20,6 +20,7 @@ from cli.offsets import ConsumerOffsets, check_group
 
 SCAN_PAGE = 1_000
 STATS_PENDING_LIMIT = 200_000  # entries walked to count pending per topic
+PENDING_BY_TOPIC = "stats: pending by topic"  # a failure kind of Broker.health
 MAX_TICKS = 10_000
 
 
@@ -138,14 +139,21 @@ def stats(broker: Broker, data_dir: Path) -> dict[str, Any]:
     per_topic: dict[str, int] = {}
     walked = 0
     after = None
-    while walked < STATS_PENDING_LIMIT:
-        page = broker.scan(limit=SCAN_PAGE, after=after)
-        for entry in page:
-            per_topic[entry.topic] = per_topic.get(entry.topic, 0) + 1
-        walked += len(page)
-        after = page.next_after
-        if after is None:
-            break
+    try:
+        while walked < STATS_PENDING_LIMIT:
+            page = broker.scan(limit=SCAN_PAGE, after=after)
+            for entry in page:
+                per_topic[entry.topic] = per_topic.get(entry.topic, 0) + 1
+            walked += len(page)
+            after = page.next_after
+            if after is None:
+                break
+    except RocksTimerError as exc:  # a damaged store: the counts so far, and why they stop
+        broker.health.failed(PENDING_BY_TOPIC, exc, quiet=True)
+        figures["health"] = broker.health.as_dict()
+        after = ""
+    else:
+        broker.health.recovered(PENDING_BY_TOPIC)
     figures["pending_by_topic"] = dict(sorted(per_topic.items()))
     figures["pending_by_topic_complete"] = after is None
     figures["data_dir"] = str(data_dir)

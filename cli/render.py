@@ -127,13 +127,26 @@ def size(n: int | None) -> str:
     return f"{n / MiB:.1f} MiB"
 
 
+def health_lines(health: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """``stats()["health"]`` as labelled lines: ``healthy``, or one DEGRADED line per failure
+    kind (count, since when, the last error)."""
+    if not health or health.get("status") == "healthy":
+        return [("health", "healthy")]
+    return [("DEGRADED", printable(f"{f['kind']}: failing {f['count']} time(s) in a row since "
+                                   f"{format_ms(f['since_ms'])}: {f['last_error']}"))
+            for f in health["failures"]]
+
+
 def stats(figures: dict[str, Any]) -> None:
     timer = figures["timer"]
     profile = f" (profile {timer['profile']})" if timer.get("profile") else ""
     cut = "" if figures["pending_by_topic_complete"] else " (per-topic counts cut short)"
+    pending = "?" if figures["pending"] is None else figures["pending"]
+    lag = "unknown" if figures["lag_ms"] is None else f"{figures['lag_ms']} ms"
     lines = [("data dir", figures["data_dir"]),
              ("engine", f"{figures['engine']}{profile}"),
-             ("pending", f"{figures['pending']} timer messages, lag {figures['lag_ms']} ms{cut}")]
+             *health_lines(figures.get("health")),
+             ("pending", f"{pending} timer messages, lag {lag}{cut}")]
     lines += [("", f"{topic:<24} {count}") for topic, count in figures["pending_by_topic"].items()]
     lines += [("stored", f"{name:<24} offsets {q['min_offset']}..{q['max_offset']}")
               for name, q in figures["topics"].items()]
