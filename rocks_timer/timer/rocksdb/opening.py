@@ -5,6 +5,7 @@ RocksDB's repair.
 """
 from __future__ import annotations
 
+import errno
 import gc
 import os
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import Options, Rdict
 
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import ConfigError, CorruptRecordError, StoreLockedError
+from rocks_timer.errors import ConfigError, CorruptRecordError, StoreIOError, StoreLockedError
 from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
@@ -31,6 +32,27 @@ _LOCK_MARKERS = ("lock hold by", "No locks available", "Resource temporarily una
 REPAIR_HINT = ("stop the broker, copy the data dir somewhere safe, then run `rtimer repair` "
                "(RocksDB's repair: it rebuilds the manifest from the table files it finds)")
 _ROCKS_DATA = (".sst", ".log", ".blob")
+
+
+# RocksDB's "IO error" statuses that are the disk's answer, not the store's state (a missing
+# file, also an "IO error", is left to the damage test)
+_DISK_ERRORS = (("No space left on device", errno.ENOSPC, "no space left on device"),
+                ("Disk quota exceeded", errno.EDQUOT, "disk quota exceeded"),
+                ("Permission denied", errno.EACCES, "permission denied"),
+                ("Operation not permitted", errno.EPERM, "operation not permitted"),
+                ("Read-only file system", errno.EROFS, "read-only file system"),
+                ("Input/output error", errno.EIO, "input/output error"))
+
+
+def storage_io_error(text: str, what: str) -> StoreIOError | None:
+    """The StoreIOError a RocksDB status ``text`` stands for, if the disk refused (ENOSPC,
+    EDQUOT, EACCES, EPERM, EROFS, EIO); None for anything else."""
+    for marker, code, reason in _DISK_ERRORS:
+        if marker in text:
+            return StoreIOError(f"{what}: {reason} (RocksDB: {text}); the store is not damaged "
+                                f"by this: fix the cause and try again (do not run "
+                                f"`rtimer repair` for it)", errno=code)
+    return None
 
 
 def refuse_damaged(path: Path) -> None:
@@ -74,6 +96,9 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
             raise StoreLockedError(
                 f"timer store {path} is in use by another process or another open store "
                 f"in this process (RocksDB: {text})") from None
+        io_error = storage_io_error(text, f"cannot open timer store {path}")
+        if io_error is not None:  # before the damage test: a full disk names MANIFEST too
+            raise io_error from None
         if "Corruption" in text or "MANIFEST" in text:
             raise CorruptRecordError(f"timer store {path} is damaged (RocksDB: {text}); "
                                      f"{REPAIR_HINT}", where=str(path)) from None
