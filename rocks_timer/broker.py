@@ -65,13 +65,14 @@ def _open_timer_store(root: Path, config: BrokerConfig, messages: MessageStore) 
     return WheelTimerStore.open(root / "wheel", messages, config)
 
 
-def _open_level_service(root: Path, config: BrokerConfig, messages: MessageStore, clock: Clock):
+def _open_level_service(root: Path, config: BrokerConfig, messages: MessageStore, clock: Clock,
+                        health: Health):
     try:
         from legacy_levels import ScheduleMessageService
     except ImportError as exc:
         log.warning("legacy delay levels are not available: %s", exc)
         return None
-    service = ScheduleMessageService(root, messages, config, clock)
+    service = ScheduleMessageService(root, messages, config, clock, health=health)
     service.load()
     return service
 
@@ -119,7 +120,8 @@ class Broker(KeyedOperations):
             self.deliverer = Deliverer(self.timer, self.messages, self.config, self.clock,
                                        self.health)
             self.deliverer.reconcile()
-            self.levels = _open_level_service(self.path, self.config, self.messages, self.clock)
+            self.levels = _open_level_service(self.path, self.config, self.messages, self.clock,
+                                              self.health)
             datadir.record(self.path, self.config, stored_format)
             self.consumer_offsets = ConsumerOffsets(self.path)
             try:

@@ -25,7 +25,17 @@ log = logging.getLogger("rocks_timer.health")
 TIMER_STEP = "timer step"
 DELIVER_PUT = "deliver put"
 PERIODIC_FLUSH = "periodic flush"
-DELIVERY_PLACES = frozenset({TIMER_STEP, DELIVER_PUT})  # failing there: due messages wait
+LEVEL_SCAN_PREFIX = "delay level "
+
+
+def level_scan(level: int) -> str:
+    """Where a delay level's scanner fails (one failure kind per level)."""
+    return f"{LEVEL_SCAN_PREFIX}{level} scan"
+
+
+def is_delivery(where: str) -> bool:
+    """Failing at ``where`` keeps due messages from reaching their topic."""
+    return where in (TIMER_STEP, DELIVER_PUT) or where.startswith(LEVEL_SCAN_PREFIX)
 _MAX_ERROR_CHARS = 500
 
 
@@ -49,7 +59,7 @@ class Failure:
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "where": self.where, "error_type": self.error_type,
                 "count": self.count, "since_ms": self.since_ms, "last_ms": self.last_ms,
-                "last_error": self.last_error, "delivery": self.where in DELIVERY_PLACES}
+                "last_error": self.last_error, "delivery": is_delivery(self.where)}
 
 
 class Health:
@@ -119,7 +129,7 @@ class Health:
         with self._lock:
             records = sorted(self._failures.values(), key=lambda f: (f.since_ms, f.kind))
             return [f.as_dict() for f in records
-                    if not delivery_only or f.where in DELIVERY_PLACES]
+                    if not delivery_only or is_delivery(f.where)]
 
     def as_dict(self) -> dict[str, Any]:
         """``stats()["health"]``: ``status`` healthy or degraded, and the failures."""
