@@ -51,6 +51,7 @@ class Failure:
     last_error: str
     logged_ms: int
     unlogged: int = 0  # failures since the last line about this kind
+    quiet: bool = False  # a query's failure its caller reports: never logged, nor its end
 
     @property
     def kind(self) -> str:
@@ -85,7 +86,8 @@ class Health:
         with self._lock:
             failure = self._failures.get(key)
             if failure is None:
-                failure = self._failures[key] = Failure(where, key[1], 1, now, now, text, now)
+                failure = self._failures[key] = Failure(where, key[1], 1, now, now, text, now,
+                                                        quiet=quiet)
                 first = True
             else:
                 failure.count += 1
@@ -116,6 +118,8 @@ class Health:
         with self._lock:
             ended = [self._failures.pop(key) for key in list(self._failures) if key[0] == where]
         for failure in ended:
+            if failure.quiet:
+                continue
             log.warning("%s works again after %d failure(s) (%s) since %s", where,
                         failure.count, failure.error_type, _utc(failure.since_ms))
 
