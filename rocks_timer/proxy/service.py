@@ -19,10 +19,10 @@ from rocks_timer.proxy import convert, settings as settings_mod
 from rocks_timer.proxy.dedup import RecentSends
 from rocks_timer.proxy.limits import CALLS, STREAMS, PeerLimits
 from rocks_timer.proxy.protocol import Code, pb, service_pb2_grpc, svc
-
-import grpc  # after protocol, which says which extra to install when it is missing
 from rocks_timer.proxy.status import ProxyError, from_exception, ok, status
 from rocks_timer.timer.handles import Handle
+
+import grpc  # after protocol, which says which extra to install when it is missing
 
 log = logging.getLogger(__name__)
 DEFAULT_INVISIBLE_MS = 60_000       # auto-renewing (push) consumers do not give one

@@ -5,7 +5,6 @@ RocksDB's repair.
 """
 from __future__ import annotations
 
-import errno
 import gc
 import os
 from pathlib import Path
@@ -14,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import Options, Rdict
 
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import ConfigError, CorruptRecordError, StoreIOError, StoreLockedError
+from rocks_timer.errors import ConfigError, CorruptRecordError, StoreLockedError
 from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
 from rocks_timer.timer.rocksdb.profiles import index_options as profile_index_options
 from rocks_timer.timer.rocksdb.profiles import meta_options
+from rocks_timer.timer.rocksdb.status import storage_io_error
 
 if TYPE_CHECKING:
     from rocks_timer.timer.rocksdb.store import RocksTimerStore
@@ -32,27 +32,6 @@ _LOCK_MARKERS = ("lock hold by", "No locks available", "Resource temporarily una
 REPAIR_HINT = ("stop the broker, copy the data dir somewhere safe, then run `rtimer repair` "
                "(RocksDB's repair: it rebuilds the manifest from the table files it finds)")
 _ROCKS_DATA = (".sst", ".log", ".blob")
-
-
-# RocksDB's "IO error" statuses that are the disk's answer, not the store's state (a missing
-# file, also an "IO error", is left to the damage test)
-_DISK_ERRORS = (("No space left on device", errno.ENOSPC, "no space left on device"),
-                ("Disk quota exceeded", errno.EDQUOT, "disk quota exceeded"),
-                ("Permission denied", errno.EACCES, "permission denied"),
-                ("Operation not permitted", errno.EPERM, "operation not permitted"),
-                ("Read-only file system", errno.EROFS, "read-only file system"),
-                ("Input/output error", errno.EIO, "input/output error"))
-
-
-def storage_io_error(text: str, what: str) -> StoreIOError | None:
-    """The StoreIOError a RocksDB status ``text`` stands for, if the disk refused (ENOSPC,
-    EDQUOT, EACCES, EPERM, EROFS, EIO); None for anything else."""
-    for marker, code, reason in _DISK_ERRORS:
-        if marker in text:
-            return StoreIOError(f"{what}: {reason} (RocksDB: {text}); the store is not damaged "
-                                f"by this: fix the cause and try again (do not run "
-                                f"`rtimer repair` for it)", errno=code)
-    return None
 
 
 def refuse_damaged(path: Path) -> None:
