@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -155,3 +156,28 @@ def test_concurrent_commands_without_a_broker_all_succeed(data):
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
     assert len(json.loads(rt(data, "scan", "--json").stdout)) == 4
+
+
+def test_a_body_as_large_as_the_broker_takes_reaches_a_running_broker(data, tmp_path):
+    """The socket's request line grows with max_message_size: a 20 MiB body, base64 in JSON
+    (27 MiB), went over the fixed 16 MiB line before."""
+    conf = tmp_path / "big.toml"
+    conf.write_text(f"max_message_size = {20 << 20}\n")
+    body = tmp_path / "big.bin"
+    big = os.urandom(20 << 20)
+    body.write_bytes(big)
+    rt(data, "--config", str(conf), "send", "warm", "x")  # creates the data dir
+    proc = subprocess.Popen([*RTIMER, "--data-dir", str(data), "--config", str(conf), "run",
+                             "--grpc-listen", "off"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert "broker running" in proc.stdout.readline()
+        done = subprocess.run([*RTIMER, "--data-dir", str(data), "--config", str(conf), "send",
+                               "big", "--body-file", str(body)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+    finally:
+        stop_broker(proc)
+    with Broker.open(data, BrokerConfig(max_message_size=20 << 20)) as broker:
+        [stored] = broker.pull("big")
+        assert stored.body == big
