@@ -8,7 +8,7 @@ included); the excess is answered at once, TOO_MANY_REQUESTS (a RocketMQ status)
 RESOURCE_EXHAUSTED for a stream, and the connection's other work goes on. The two limits
 together stay well under the server's, so others always find room.
 
-Used from the front's event loop only (one thread): no lock.
+Counted on the front's event loop only (one thread): no lock.
 """
 from __future__ import annotations
 
@@ -52,7 +52,10 @@ class PeerLimits:
                 "client connection); finish some, or open another connection")
 
     def stats(self) -> dict[str, int]:
-        return {"peers": len(set(self._held[STREAMS]) | set(self._held[CALLS])),
-                "streams": sum(self._held[STREAMS].values()),
-                "calls": sum(self._held[CALLS].values()),
-                "refused_streams": self.refused[STREAMS], "refused_calls": self.refused[CALLS]}
+        """Connections holding something, what they hold, and the refusals so far. Read from
+        other threads: each table is copied first (one C-level copy under the GIL)."""
+        streams, calls = dict(self._held[STREAMS]), dict(self._held[CALLS])
+        refused = dict(self.refused)
+        return {"peers": len(streams.keys() | calls.keys()), "streams": sum(streams.values()),
+                "calls": sum(calls.values()), "refused_streams": refused.get(STREAMS, 0),
+                "refused_calls": refused.get(CALLS, 0)}
