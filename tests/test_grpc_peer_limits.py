@@ -102,8 +102,9 @@ def test_long_polls_of_one_channel_past_its_limit_answer_too_many_requests(broke
         async with grpc.aio.insecure_channel(broker.endpoint, options=OWN_CONNECTION) as hog, \
                 grpc.aio.insecure_channel(broker.endpoint, options=OWN_CONNECTION) as other:
             hog_stub = service_pb2_grpc.MessagingServiceStub(hog)
-            calls = [hog_stub.ReceiveMessage(receive_request("Quiet", "Hog", 30), timeout=60)
-                     for _ in range(POLLS)]
+            hog_id = (("x-mq-client-id", "hog-1"),)
+            calls = [hog_stub.ReceiveMessage(receive_request("Quiet", "Hog", 30), timeout=60,
+                                             metadata=hog_id) for _ in range(POLLS)]
             statuses: list[int] = []
 
             async def first_status(call) -> None:
@@ -115,7 +116,11 @@ def test_long_polls_of_one_channel_past_its_limit_answer_too_many_requests(broke
             await wait_until(lambda: len(statuses) == POLLS - MAX_CALLS_PER_PEER)
             assert set(statuses) == {Code.TOO_MANY_REQUESTS}
             await send_and_receive(service_pb2_grpc.MessagingServiceStub(other), "LimitsC")
-            for call in calls:
-                call.cancel()
-            await asyncio.gather(*readers, return_exceptions=True)
+            # at its limit, the client can still end its polls: termination is not counted
+            request = svc.NotifyClientTerminationRequest()
+            request.group.name = "Hog"
+            ended = await hog_stub.NotifyClientTermination(request, timeout=10, metadata=hog_id)
+            assert ended.status.code == Code.OK
+            await asyncio.wait_for(asyncio.gather(*readers), 10)  # not their 30 s
+            assert statuses.count(Code.MESSAGE_NOT_FOUND) == MAX_CALLS_PER_PEER
     asyncio.run(run())

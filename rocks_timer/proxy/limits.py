@@ -31,9 +31,12 @@ class PeerLimits:
         self.refused: Counter[str] = Counter()  # by kind, since start
 
     @contextmanager
-    def hold(self, peer: str, kind: str) -> Iterator[bool]:
+    def hold(self, peer: str, kind: str | None) -> Iterator[bool]:
         """A block during which ``peer`` holds one ``kind`` slot; yields False (and holds
-        nothing) when the peer already holds its limit."""
+        nothing) when the peer already holds its limit. ``kind`` None: not counted."""
+        if kind is None:
+            yield True
+            return
         held = self._held[kind]
         if held[peer] >= self.limits[kind]:
             self.refused[kind] += 1

@@ -50,13 +50,15 @@ def _client_id(context) -> str:
     return ""
 
 
-def answers(response: Callable[..., Any], handle_code: int = Code.INVALID_RECEIPT_HANDLE):
+def answers(response: Callable[..., Any], handle_code: int = Code.INVALID_RECEIPT_HANDLE,
+            limited: bool = True):
     """Turn any exception of a unary handler into ``response(status=...)``, and answer
-    TOO_MANY_REQUESTS at once to a connection holding its limit of calls (``PeerLimits``)."""
+    TOO_MANY_REQUESTS at once to a connection holding its limit of calls (``PeerLimits``;
+    ``limited=False``: a call that must get through to end the others, as a termination)."""
     def wrap(handler):
         @functools.wraps(handler)
         async def run(self, request, context):
-            with self.limits.hold(context.peer(), CALLS) as admitted:
+            with self.limits.hold(context.peer(), CALLS if limited else None) as admitted:
                 if not admitted:
                     return response(status=status(Code.TOO_MANY_REQUESTS,
                                                   self.limits.refusal(CALLS)))
@@ -124,7 +126,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             convert.group_name(request.group)
         return svc.HeartbeatResponse(status=ok())
 
-    @answers(svc.NotifyClientTerminationResponse)
+    @answers(svc.NotifyClientTerminationResponse, limited=False)
     async def NotifyClientTermination(self, request, context):
         """End the client's long polls first (empty), and answer once their streams are
         closed: the client closes its channels right after this answer, and a poll cut off
