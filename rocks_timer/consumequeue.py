@@ -222,13 +222,16 @@ class ConsumeQueue:
         """Entries from ``offset`` (at least ``min_offset``), at most ``max_entries``; a missing
         or short file reads as zero entries (``pull`` reports and skips them), never as the end
         of the queue."""
+        offset, data = self.page(offset, max_entries)
+        return [CQEntry(offset + i, *fields) for i, fields in enumerate(ENTRY.iter_unpack(data))]
+
+    def page(self, offset: int, max_entries: int) -> tuple[int, bytes]:
+        """``entries`` still packed: the offset they start at (at least ``min_offset``) and at
+        most ``max_entries`` of them (the consumer read path, ``consume_read``)."""
         with self._lock:
             offset = max(offset, self._min_offset)
             end = min(self._max_offset, offset + max(0, max_entries))
-        if end <= offset:
-            return []
-        data = self.raw_entries(offset, end - offset)
-        return [CQEntry(offset + i, *fields) for i, fields in enumerate(ENTRY.iter_unpack(data))]
+        return offset, self.raw_entries(offset, end - offset) if end > offset else b""
 
     def get(self, offset: int) -> CQEntry | None:
         found = self.entries(offset, 1)

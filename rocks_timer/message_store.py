@@ -27,7 +27,8 @@ from rocks_timer.commit_sync import GroupCommit
 from rocks_timer.commitlog import CommitLog
 from rocks_timer.config import BrokerConfig
 from rocks_timer.batch_encoder import encode_batch, prepare_batch, record_size_of
-from rocks_timer.consumequeue import ConsumeQueue, ConsumeQueueSet, tags_code
+from rocks_timer.consume_read import CORRUPT, PulledBatch, cut_by_bytes, entry_at, read_records
+from rocks_timer.consumequeue import ENTRY_SIZE, ConsumeQueue, ConsumeQueueSet, tags_code
 from rocks_timer.cq_recovery import rebuild_consume_queues
 from rocks_timer.errors import (CorruptRecordError, InvalidMessageError, PutFailedError,
                                 RocksTimerError, StoreClosedError)
@@ -276,21 +277,47 @@ class MessageStore:
         """Messages from ``offset`` and the queue offset to pull from next: past every entry
         looked at, including corrupt (reported, skipped) and expired ones, so a consumer never
         stalls on a record that cannot be read."""
+        batch = self.read_batch(topic, queue_id, offset, max_messages)
+        return batch.messages(), batch.next_offset
+
+    def read_batch(self, topic: str, queue_id: int = 0, offset: int = 0,
+                   max_messages: int = 32, max_bytes: int | None = None, what: str = "pull"
+                   ) -> PulledBatch:
+        """A page of ``topic``/``queue_id`` from ``offset`` as one buffer (``consume_read``):
+        at most ``max_messages`` entries, cut where their records pass ``max_bytes`` (at least
+        one). Entries whose record expired with its segment are skipped; corrupt ones are
+        counted, logged (``what`` names the reader) and skipped."""
         cq = self.queues.get(topic, queue_id)
         if cq is None or max_messages <= 0:
-            return [], offset
-        messages = []
-        next_offset = max(offset, cq.min_offset)
-        for entry in cq.entries(offset, max_messages):
-            next_offset = entry.queue_offset + 1
-            try:
-                messages.append(self.get_message(entry.commitlog_offset, entry.size))
-            except KeyError:
-                continue  # expired with its segment
-            except CorruptRecordError as exc:
-                self.corrupt_reads += 1
-                log.error("pull %s/%d offset %d: %s", topic, queue_id, entry.queue_offset, exc)
-        return messages, next_offset
+            return PulledBatch(topic, queue_id, offset, offset)
+        first, entries = cq.page(offset, max_messages)
+        if max_bytes is not None:
+            entries = cut_by_bytes(entries, max_bytes)
+        if not entries:
+            return PulledBatch(topic, queue_id, first, first)
+        # after the page: every record its entries point to is written (the writer appends
+        # the ConsumeQueue entries after the CommitLog write)
+        segments = self.commitlog.segments()
+        blob, index, problems = read_records(entries, [s.start for s in segments],
+                                             [s.fd for s in segments],
+                                             [s.written for s in segments])
+        for i, code in problems:
+            if code == CORRUPT:
+                self._report_corrupt(topic, queue_id, first + i, *entry_at(entries, i), what)
+        return PulledBatch(topic, queue_id, first, first + len(entries) // ENTRY_SIZE, blob,
+                           index)
+
+    def _report_corrupt(self, topic: str, queue_id: int, queue_offset: int,
+                        commitlog_offset: int, size: int, what: str) -> None:
+        """Count and log a record a page could not read, with the reason ``get_message``
+        gives (read again: the rare path)."""
+        self.corrupt_reads += 1
+        try:
+            self.get_message(commitlog_offset, size)
+            reason = f"record at commitlog offset {commitlog_offset} could not be read"
+        except (CorruptRecordError, KeyError, OSError) as exc:
+            reason = str(exc)
+        log.error("%s %s/%d offset %d: %s", what, topic, queue_id, queue_offset, reason)
 
     def iter_messages(self, from_offset: int = 0) -> Iterator[Message]:
         for raw in self.commitlog.iter_raw(from_offset):

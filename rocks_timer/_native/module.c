@@ -43,6 +43,8 @@ static PyMethodDef methods[] = {
      "How many timer keys (bytes; due ms in the first 8, big-endian) fall due in each second."},
     {"delivery_copies", delivery_copies, METH_VARARGS,
      "Timer values to prepared CommitLog records (TIMER_OUT_MS, TIMER_DEQUEUE_MS added), or None."},
+    {"read_records", read_records, METH_VARARGS,
+     "A consumer's page: ConsumeQueue entries' CommitLog records read and checked into one buffer."},
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},
     {NULL, NULL, 0, NULL},
 };

@@ -172,24 +172,21 @@ class PopService:
         offset = cq.min_offset if offset is None else max(offset, cq.min_offset)
         start, budget = offset, SCAN_BUDGET
         while want > 0 and budget > 0 and offset < cq.max_offset:
-            entries = cq.entries(offset, min(budget, max(want, 32)))
-            if not entries:
+            # one read of the page into one buffer (consume_read); a Message only for what
+            # passes the tag filter's look
+            batch = self.messages.read_batch(topic, queue_id, offset,
+                                             min(budget, max(want, 32)), what="pop")
+            if batch.next_offset == batch.offset:
                 break
-            for entry in entries:
-                budget -= 1
-                offset = entry.queue_offset + 1
-                try:
-                    msg = self.messages.get_message(entry.commitlog_offset, entry.size)
-                except KeyError:
-                    continue  # expired with its CommitLog segment
-                except CorruptRecordError as exc:
-                    log.error("pop %s/%d offset %d: %s", topic, queue_id, entry.queue_offset, exc)
+            budget -= batch.next_offset - offset
+            offset = batch.next_offset
+            for j, view in enumerate(batch):
+                if tags is not None and view.tags not in tags:
                     continue
-                if tags is not None and msg.tags not in tags:
-                    continue
-                taken.append((msg, entry.size))
+                taken.append((view.to_message(), batch.size(j)))
                 want -= 1
                 if want == 0:
+                    offset = batch.entry(j) + 1
                     break
         if offset != start:
             updates[(group, topic, queue_id)] = offset
