@@ -10,8 +10,11 @@
    CommitLog's own batched append rate for the same messages.
 3. lateness: real clock, ``Broker.start()``, a producer keeping a steady ``--rate`` of messages
    falling due per second; lateness = time the copy was stored on its topic - due time.
-4. burst: ``--burst`` messages due in the same second, drained by the broker, in a child process
-   so its peak RSS is its own; then the cost of an empty tick after all those deletions vs on a
+   A consumer then reads them through the library (``Broker.pull_batch`` of 4,096, every
+   body), and ``Broker.pull`` of 4,096 (``Message`` objects), each against the same append rate.
+4. burst: ``--burst`` messages due in the same second, drained by the broker while a consumer
+   thread reads them (``Broker.pull_batch``), in a child process so its peak RSS is its own:
+   seconds until all are stored and until all are consumed; then the cost of an empty tick after all those deletions vs on a
    fresh store (the tombstone check). The earlier phases' dirty pages are synced first.
 Results: bench/results/rocks.json; a markdown summary is printed.
 """
@@ -38,6 +41,7 @@ from rocks_timer.timer.store import TimerKey, TimerRecord
 from rocks_timer.timer.values import encode_value
 
 T0 = 1_767_225_600_000
+CONSUME_PAGE = 4096
 
 
 def records(n: int, seed: int, body: int = 1024, spread_ms: int = 3_600_000) -> list[TimerRecord]:
@@ -132,6 +136,10 @@ def bench_deliver(n: int) -> dict:
         clock.set(T0 + 3_600_000)
         with settled_gc():  # both sides alike: the collector does not walk the inputs
             deliver_s = loop_drain(broker, n)  # the broker's own delivery loop, as in production
+        with settled_gc():
+            consume_s = timed_consume(broker, "orders", n)
+        with settled_gc():
+            pull_s = timed_pull(broker, "orders", n)
         broker.close()
         store = MessageStore.open(d / "append", BrokerConfig(), ManualClock(T0))
         msgs = [r.message.copy() for r in recs]
@@ -144,7 +152,50 @@ def bench_deliver(n: int) -> dict:
         store.close()
     return {"deliver_msgs_per_s": round(n / deliver_s),
             "commitlog_append_msgs_per_s": round(n / append_s),
-            "deliver_vs_append": round(append_s / deliver_s, 3)}
+            "deliver_vs_append": round(append_s / deliver_s, 3),
+            "consume_msgs_per_s": round(n / consume_s),
+            "consume_vs_append": round(append_s / consume_s, 3),
+            "pull_msgs_per_s": round(n / pull_s),
+            "pull_vs_append": round(append_s / pull_s, 3)}
+
+
+def consume_all(broker: Broker, topic: str, n: int, deadline_s: float = 300.0) -> int:
+    """A consumer through the library: ``Broker.pull_batch`` of 4,096 from where the last one
+    ended, every body taken (its bytes counted), until ``n`` messages are read; an empty page
+    waits 1 ms. Returns the body bytes read."""
+    offset = got = size = 0
+    deadline = time.monotonic() + deadline_s
+    while got < n:
+        batch = broker.pull_batch(topic, 0, offset, CONSUME_PAGE)
+        if not len(batch):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"consumer: {got} of {n} read after {deadline_s} s")
+            time.sleep(0.001)
+            continue
+        for body in batch.bodies():
+            size += len(body)
+        got += len(batch)
+        offset = batch.next_offset
+    return size
+
+
+def timed_consume(broker: Broker, topic: str, n: int) -> float:
+    start = time.perf_counter()
+    consume_all(broker, topic, n)
+    return time.perf_counter() - start
+
+
+def timed_pull(broker: Broker, topic: str, n: int) -> float:
+    """``Broker.pull`` of 4,096 (``Message`` objects, properties decoded), every body taken."""
+    start = time.perf_counter()
+    offset = got = 0
+    while got < n:
+        page = broker.pull(topic, 0, offset, CONSUME_PAGE)
+        if not page:
+            raise RuntimeError(f"pull: {got} of {n} read")
+        got += sum(1 for m in page if m.body is not None)
+        offset = page[-1].queue_offset + 1
+    return time.perf_counter() - start
 
 
 def bench_lateness(rate: int, seconds: int) -> dict:
@@ -202,27 +253,48 @@ def burst_child(n: int, layout: str) -> dict:
         rss_before = peak_rss_mb()
         clock.set(due + 1000)
         cpu = time.process_time()
-        drain_s = loop_drain(broker, n)
+        drain_s, consumed_s = loop_drain(broker, n, consume_topic="burst")
         cpu_us = (time.process_time() - cpu) / n * 1e6  # every thread of the process
         broker.tick()
         after_cost = empty_tick_cost(broker=broker, clock=clock)
         broker.close()
     return {"layout": layout, "messages": n, "drain_s": round(drain_s, 2),
+            "consumed_s": round(consumed_s, 2), "consumed_msgs_per_s": round(n / consumed_s),
             "cpu_us_per_msg": round(cpu_us, 1), "drain_msgs_per_s": round(n / drain_s),
             "peak_rss_mb": round(peak_rss_mb(), 1), "peak_rss_before_drain_mb": round(rss_before, 1),
             "empty_tick_fresh_us": fresh_cost, "empty_tick_after_deletes_us": after_cost,
             "tombstone_ratio": round(after_cost / fresh_cost, 2)}
 
 
-def loop_drain(broker: Broker, n: int) -> float:
-    """Seconds until ``n`` deliveries completed with the broker's background loop running."""
+def loop_drain(broker: Broker, n: int, consume_topic: str | None = None):
+    """Seconds until ``n`` deliveries completed with the broker's background loop running.
+    With ``consume_topic``: a consumer thread (``consume_all``) reads the topic meanwhile,
+    and the result is (stored seconds, consumed seconds), both from the start."""
+    consumed: dict[str, object] = {}
+
+    def consumer() -> None:
+        try:
+            consume_all(broker, consume_topic, n)
+            consumed["s"] = time.perf_counter() - start
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
+            consumed["error"] = exc
+
+    thread = threading.Thread(target=consumer, name="consumer")
     start = time.perf_counter()
+    if consume_topic is not None:
+        thread.start()
     broker.start()
     while broker.deliverer.delivered < n:
         time.sleep(0.005)
     elapsed = time.perf_counter() - start
+    if consume_topic is None:
+        broker.stop()
+        return elapsed
+    thread.join()
     broker.stop()
-    return elapsed
+    if "error" in consumed:
+        raise consumed["error"]
+    return elapsed, consumed["s"]
 
 
 def empty_tick_cost(path=None, broker=None, clock=None, reps: int = 2000) -> float:
@@ -242,6 +314,13 @@ def empty_tick_cost(path=None, broker=None, clock=None, reps: int = 2000) -> flo
     return round(median(samples), 1)
 
 
+def run_burst(n: int, layout: str) -> dict:
+    os.sync()  # the earlier phases' dirty pages are written back before, not during, a burst
+    child = subprocess.run([sys.executable, "-m", "bench.rocks", "--burst-child", str(n),
+                            "--burst-layout", layout], capture_output=True, text=True, check=True)
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.rocks", description=__doc__)
     parser.add_argument("--messages", type=int, default=100_000)
@@ -256,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deliver-only", type=int, default=None, metavar="N",
                         help="only the delivery figure, N times in a row, one JSON line each "
                              "(comparing builds of the delivery path; writes no results file)")
+    parser.add_argument("--bursts-only", action="store_true",
+                        help="only the two bursts (vlog, inline), one JSON line each "
+                             "(writes no results file)")
     parser.add_argument("--burst-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--burst-layout", default="vlog", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -266,6 +348,10 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.deliver_only):
             print(json.dumps(bench_deliver(args.messages)), flush=True)
         return 0
+    if args.bursts_only:
+        for layout in ("vlog", "inline"):
+            print(json.dumps(run_burst(args.burst, layout)), flush=True)
+        return 0
     result = {"profile": BrokerConfig().rocksdb_profile,
               "layout": BrokerConfig().rocksdb_layout,
               "send": bench_send(args.messages, args.runs),
@@ -275,11 +361,7 @@ def main(argv: list[str] | None = None) -> int:
               "lateness_high": bench_lateness(args.high_rate, max(1, args.seconds // 2))}
     result["bursts"] = {}
     for layout in ("vlog", "inline"):
-        os.sync()  # the earlier phases' dirty pages are written back before, not during, a burst
-        child = subprocess.run([sys.executable, "-m", "bench.rocks", "--burst-child",
-                                str(args.burst), "--burst-layout", layout],
-                               capture_output=True, text=True, check=True)
-        result["bursts"][layout] = json.loads(child.stdout.strip().splitlines()[-1])
+        result["bursts"][layout] = run_burst(args.burst, layout)
     result["burst"] = result["bursts"]["vlog"]
     path = write_result("rocks", {"args": {k: str(v) for k, v in vars(args).items()}, **result},
                         args.results_dir)
@@ -297,6 +379,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"msg/s ({p[f'{what}_vs_store_batch{batch}']:.0%}) | >= 60% |")
     print(f"| deliver into CommitLog / CommitLog append | {dl['deliver_msgs_per_s']:,} / "
           f"{dl['commitlog_append_msgs_per_s']:,} msg/s ({dl['deliver_vs_append']:.0%}) | >= 40% |")
+    print(f"| consumer (Broker.pull_batch of {CONSUME_PAGE:,}, every body) / CommitLog append | "
+          f"{dl['consume_msgs_per_s']:,} / {dl['commitlog_append_msgs_per_s']:,} msg/s "
+          f"({dl['consume_vs_append']:.0%}) | >= 50% |")
+    print(f"| Broker.pull of {CONSUME_PAGE:,} (Message objects) / CommitLog append | "
+          f"{dl['pull_msgs_per_s']:,} / {dl['commitlog_append_msgs_per_s']:,} msg/s "
+          f"({dl['pull_vs_append']:.0%}) | reported |")
     print(f"| vlog / inline, same run: schedule(100) | {ly['vlog']['send_msgs_per_s']:,} / "
           f"{ly['inline']['send_msgs_per_s']:,} msg/s ({ly['vlog_vs_inline']['send']:.0%}) | "
           f">= 80% |")
@@ -309,10 +397,9 @@ def main(argv: list[str] | None = None) -> int:
               f"max | {la['p50_ms']} / {la['p99_ms']} / {la['max_ms']} ms, early {la['early']} "
               f"| {target} |")
     for layout, bl in result["bursts"].items():
-        print(f"| burst {bl['messages']:,} due in 1 s ({layout}): drain, peak RSS | "
-              f"{bl['drain_s']} s ({bl['drain_msgs_per_s']:,}/s, {bl['cpu_us_per_msg']} µs CPU "
-              f"each), {bl['peak_rss_mb']} MB | "
-              f"<= 6 s, < 500 MB |")
+        print(f"| burst {bl['messages']:,} due in 1 s ({layout}): consumed (stored), peak RSS "
+              f"| {bl['consumed_s']} s ({bl['drain_s']} s stored; {bl['cpu_us_per_msg']} µs CPU "
+              f"each), {bl['peak_rss_mb']} MB | consumed <= 6 s, < 500 MB |")
     print(f"| empty tick: fresh / after {b['messages']:,} deletes | {b['empty_tick_fresh_us']} / "
           f"{b['empty_tick_after_deletes_us']} µs ({b['tombstone_ratio']}x) | <= 2x |")
     print(f"results: {path}")
