@@ -15,6 +15,9 @@ before the clock starts, the garbage collector settled, as in the other benchmar
 
 1. per-call send: one message per call, due in an hour (rocks-timer with its deliverer running);
 2. batch send: 100 messages per call;
+   both again in **busy** mode, on fresh systems: each call's messages due 0-2 s after it
+   (uniform, the same draws for every system; beanstalkd's to the nearest whole second), so
+   rocks-timer's deliverer (and each peer's own timer) works while the sends go on;
 3. cancel: the first ``--cancel`` messages of phase 1, one call each; every one must be cancelled;
 4. drain: ``--drain`` messages all due at the same moment, then the time from that moment (for
    beanstalkd, whose delays are whole seconds, from the moment it holds them all ready) until one
@@ -30,17 +33,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 from bench.common import median, scratch_dir, settled_gc, write_result
-from bench.peers_clients import (BATCH, BODY_BYTES, SYSTEMS, VERSION_COMMANDS, bodies,
-                                 missing_reason, now_ms, version)
+from bench.peers_clients import (BATCH, BODY_BYTES, BUSY_MAX_DELAY_MS, DELAY_MS, SYSTEMS,
+                                 VERSION_COMMANDS, bodies, missing_reason, now_ms, version)
 
 FIGURES = {"single": "per-call send", "batch": f"batch send ({BATCH} per call)",
            "cancel": "cancel", "drain": "drain (all due at once)"}
+BUSY_FIGURES = {"single": "per-call send, due in 0-2 s", "batch": f"batch send ({BATCH} per call), "
+                "due in 0-2 s"}
 TARGETS = (("single", "beanstalkd", 2.0), ("batch", "Redis", 2.0))
 
 
@@ -78,11 +84,14 @@ def run_round(order: list[str], pool: list[bytes], args) -> dict[str, dict]:
             systems[name] = stack.enter_context(SYSTEMS[name][0](data, pool))
         out: dict[str, dict] = {name: {} for name in order}
         handles, batch_s = {}, {}
+        single_delays, batch_delays = [DELAY_MS] * args.single, [DELAY_MS] * (args.batch // BATCH)
         for name, system in systems.items():
-            single_s, handles[name] = timed(system.send_single, system.prepare(args.single, "s"))
+            single_s, handles[name] = timed(system.send_single, system.prepare(args.single, "s"),
+                                            single_delays)
             out[name]["single_per_s"] = args.single / single_s
         for name, system in systems.items():
-            batch_s[name], _ = timed(system.send_batches, system.prepare(args.batch, "b"))
+            batch_s[name], _ = timed(system.send_batches, system.prepare(args.batch, "b"),
+                                     batch_delays)
             out[name]["batch_per_s"] = args.batch / batch_s[name]
         for name, system in systems.items():
             victims = handles[name][:args.cancel]
@@ -95,6 +104,28 @@ def run_round(order: list[str], pool: list[bytes], args) -> dict[str, dict]:
     return out
 
 
+def run_busy_round(order: list[str], pool: list[bytes], args, seed: int) -> dict[str, dict]:
+    """Busy mode: per-call and batch sends due 0-2 s after each call, on fresh systems."""
+    rng = random.Random(seed)
+    single_delays = [rng.randrange(BUSY_MAX_DELAY_MS + 1) for _ in range(args.single)]
+    batch_delays = [rng.randrange(BUSY_MAX_DELAY_MS + 1) for _ in range(args.batch // BATCH)]
+    with ExitStack() as stack:
+        systems = {}
+        for name in order:
+            data = stack.enter_context(scratch_dir(prefix=f"peers-busy-{name.lower()}-"))
+            systems[name] = stack.enter_context(SYSTEMS[name][0](data, pool))
+        out: dict[str, dict] = {name: {} for name in order}
+        for name, system in systems.items():
+            single_s, _ = timed(system.send_single, system.prepare(args.single, "s"),
+                                single_delays)
+            out[name]["single_per_s"] = args.single / single_s
+        for name, system in systems.items():
+            batch_s, _ = timed(system.send_batches, system.prepare(args.batch, "b"),
+                               batch_delays)
+            out[name]["batch_per_s"] = args.batch / batch_s
+    return out
+
+
 def summarise(runs: list[dict]) -> dict:
     keys = runs[0].keys()
     out = {k: round(median([r[k] for r in runs]), 3 if k == "drain_s" else 0) for k in keys}
@@ -102,23 +133,23 @@ def summarise(runs: list[dict]) -> dict:
     return out
 
 
-def round_ratios(rounds: list[dict[str, dict]], peer: str) -> dict:
+def round_ratios(rounds: list[dict[str, dict]], peer: str, figures=FIGURES) -> dict:
     """rocks-timer / peer per figure: the median over rounds of each round's ratio, and the
     range over rounds."""
     out = {}
-    for key in FIGURES:
+    for key in figures:
         each = [r["rocks-timer"][key + "_per_s"] / r[peer][key + "_per_s"] for r in rounds]
         out[key] = round(median(each), 3)
         out[key + "_range"] = [round(min(each), 3), round(max(each), 3)]
     return out
 
 
-def table(systems: dict, ratios: dict, args) -> list[str]:
+def table(systems: dict, ratios: dict, args, figures=FIGURES) -> list[str]:
     """Rates are medians over rounds; ratios the median of each round's ratio [its range]."""
     peers = list(ratios)
     head = ["figure"] + list(systems) + [f"rocks-timer / {p}" for p in peers]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    for key, label in FIGURES.items():
+    for key, label in figures.items():
         if key == "drain":
             label = f"drain {args.drain:,} due at once"
         cells = [label]
@@ -169,11 +200,18 @@ def main(argv: list[str] | None = None) -> int:
     for run in range(args.runs):
         rounds.append(run_round(present[run % len(present):] + present[:run % len(present)],
                                 pool, args))
+    busy_rounds = [run_busy_round(present[run % len(present):] + present[:run % len(present)],
+                                  pool, args, seed=11 + run) for run in range(args.runs)]
     systems = {name: summarise([r[name] for r in rounds]) for name in present}
     peers = [p for p in present if p != "rocks-timer"]
     ratios = {p: round_ratios(rounds, p) for p in peers}
     targets = {f"{key} >= {x:g}x {peer}": (ratios[peer][key] >= x if peer in ratios else None)
                for key, peer, x in TARGETS}
+    busy_systems = {name: summarise([r[name] for r in busy_rounds]) for name in present}
+    busy_ratios = {p: round_ratios(busy_rounds, p, BUSY_FIGURES) for p in peers}
+    busy_targets = {f"{key} >= {x:g}x {peer}": (busy_ratios[peer][key] >= x
+                                                 if peer in busy_ratios else None)
+                    for key, peer, x in TARGETS}
     result = {
         "args": {k: str(v) for k, v in vars(args).items()},
         "body_bytes": BODY_BYTES,
@@ -181,12 +219,19 @@ def main(argv: list[str] | None = None) -> int:
         "versions": {p: version(VERSION_COMMANDS[p]) for p in peers},
         "missing": missing,
         "methods": {name: SYSTEMS[name][0].methods for name in present},
-        "systems": systems, "ratios": ratios, "targets": targets}
+        "systems": systems, "ratios": ratios, "targets": targets,
+        "busy": {"delays_ms": [0, BUSY_MAX_DELAY_MS], "systems": busy_systems,
+                 "ratios": busy_ratios, "targets": busy_targets}}
     path = write_result("peers", result, args.results_dir)
-    print("\n".join(table(systems, ratios, args)))
-    for label, met in targets.items():
-        state = "not measured (peer missing)" if met is None else ("met" if met else "NOT met")
-        print(f"target {label}: {state}")
+    for mode, rows, found in (("deliverer idle (sends due in 1 h)",
+                               table(systems, ratios, args), targets),
+                              ("deliverer busy (sends due in 0-2 s)",
+                               table(busy_systems, busy_ratios, args, BUSY_FIGURES),
+                               busy_targets)):
+        print(f"\n{mode}:\n" + "\n".join(rows))
+        for label, met in found.items():
+            state = "not measured (peer missing)" if met is None else ("met" if met else "NOT met")
+            print(f"target {label} ({mode.split(' (')[0]}): {state}")
     print(f"results: {path}")
     return 0
 

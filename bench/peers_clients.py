@@ -3,8 +3,11 @@
 Every adapter offers the same five steps, over the same 1 KiB bodies:
 
 - ``prepare(n, tag)``: the inputs of n messages (not timed);
-- ``send_single(items)``: one message per call, each due in an hour; returns cancel handles;
-- ``send_batches(items)``: 100 messages per call, each due in an hour;
+- ``send_single(items, delays_ms)``: one message per call, the i-th due ``delays_ms[i]`` from
+  its send (an hour, or 0-2 s so that the peer delivers while the sends go on); returns cancel
+  handles;
+- ``send_batches(items, delays_ms)``: 100 messages per call, the k-th call's due
+  ``delays_ms[k]`` from its send;
 - ``cancel(handles)``: how many of them were cancelled (each must be);
 - ``load_due(items, due_ms)`` then ``drain(n)``: n messages due at ``due_ms``, then taken by one
   consumer until none is left (``wait_due`` first waits until the peer holds them all as due).
@@ -24,7 +27,8 @@ from pathlib import Path
 from rocks_timer import Broker, BrokerConfig, Message, SystemClock
 
 BODY_BYTES = 1024
-DELAY_MS = 3_600_000  # the send and cancel phases: due in an hour, so nothing is delivered meanwhile
+DELAY_MS = 3_600_000  # idle mode: due in an hour, so nothing is delivered meanwhile
+BUSY_MAX_DELAY_MS = 2_000  # busy mode: due in 0-2 s, so the deliverer works while the sends go on
 BATCH = 100
 HOST = "127.0.0.1"
 
@@ -34,6 +38,11 @@ def bodies(count: int = 256, seed: int = 7) -> list[bytes]:
     import random
     rng = random.Random(seed)
     return [rng.randbytes(BODY_BYTES) for _ in range(count)]
+
+
+def whole_seconds(delay_ms: int) -> int:
+    """beanstalkd's delays are whole seconds: the nearest one."""
+    return (delay_ms + 500) // 1000
 
 
 def now_ms() -> int:
@@ -150,13 +159,13 @@ class RocksTimerSystem:
         pool = self.pool
         return [Message(self.topic, pool[i % len(pool)]) for i in range(n)]
 
-    def send_single(self, items: list[Message]) -> list[str]:
+    def send_single(self, items: list[Message], delays_ms: list[int]) -> list[str | None]:
         send = self.broker.send
-        return [send(m, delay_ms=DELAY_MS).handle for m in items]
+        return [send(m, delay_ms=d).handle for m, d in zip(items, delays_ms)]
 
-    def send_batches(self, items: list[Message]) -> int:
-        for i in range(0, len(items), BATCH):
-            self.broker.send_batch(items[i:i + BATCH], delay_ms=DELAY_MS)
+    def send_batches(self, items: list[Message], delays_ms: list[int]) -> int:
+        for i, delay in zip(range(0, len(items), BATCH), delays_ms):
+            self.broker.send_batch(items[i:i + BATCH], delay_ms=delay)
         return len(items)
 
     def cancel(self, handles: list[str]) -> int:
@@ -213,7 +222,7 @@ class BeanstalkdSystem:
 
     name = "beanstalkd"
     methods = {
-        "single": "greenstalk Client.put(body, delay=3600)",
+        "single": "greenstalk Client.put(body, delay=3600), or 0-2 s in busy mode (whole seconds)",
         "batch": "no batch command: 100 put commands pipelined on one connection "
                  "(one send, then the 100 INSERTED replies)",
         "cancel": "greenstalk Client.delete(job id) of the delayed job",
@@ -248,13 +257,13 @@ class BeanstalkdSystem:
         pool = self.pool
         return [pool[i % len(pool)] for i in range(n)]
 
-    def send_single(self, items: list[bytes]) -> list[int]:
-        put, delay_s = self.client.put, DELAY_MS // 1000
-        return [put(body, delay=delay_s) for body in items]
+    def send_single(self, items: list[bytes], delays_ms: list[int]) -> list[int]:
+        put = self.client.put
+        return [put(body, delay=whole_seconds(d)) for body, d in zip(items, delays_ms)]
 
-    def send_batches(self, items: list[bytes]) -> int:
-        for i in range(0, len(items), BATCH):
-            self.pipe.put_many(items[i:i + BATCH], DELAY_MS // 1000)
+    def send_batches(self, items: list[bytes], delays_ms: list[int]) -> int:
+        for i, delay in zip(range(0, len(items), BATCH), delays_ms):
+            self.pipe.put_many(items[i:i + BATCH], whole_seconds(delay))
         return len(items)
 
     def cancel(self, handles: list[int]) -> int:
@@ -332,11 +341,11 @@ class RedisSystem:
         pool = self.pool
         return [(b"%s%d" % (tag.encode(), i), pool[i % len(pool)]) for i in range(n)]
 
-    def send_single(self, items: list[tuple[bytes, bytes]]) -> list[bytes]:
+    def send_single(self, items: list[tuple[bytes, bytes]], delays_ms: list[int]) -> list[bytes]:
         pipeline = self.r.pipeline
-        for msg_id, body in items:
+        for (msg_id, body), delay in zip(items, delays_ms):
             pipe = pipeline()
-            pipe.zadd(b"due", {msg_id: now_ms() + DELAY_MS})
+            pipe.zadd(b"due", {msg_id: now_ms() + delay})
             pipe.set(b"m:" + msg_id, body)
             pipe.execute()
         return [msg_id for msg_id, _ in items]
@@ -349,9 +358,9 @@ class RedisSystem:
                 pipe.set(b"m:" + msg_id, body)
             pipe.execute()
 
-    def send_batches(self, items: list[tuple[bytes, bytes]]) -> int:
-        for i in range(0, len(items), BATCH):
-            self._send(items[i:i + BATCH], now_ms() + DELAY_MS, b"due")
+    def send_batches(self, items: list[tuple[bytes, bytes]], delays_ms: list[int]) -> int:
+        for i, delay in zip(range(0, len(items), BATCH), delays_ms):
+            self._send(items[i:i + BATCH], now_ms() + delay, b"due")
         return len(items)
 
     def cancel(self, handles: list[bytes]) -> int:

@@ -97,6 +97,11 @@ def test_bench_peers_smoke(tmp_path, capsys):
             assert 0 < low <= ratios[key] <= high
     assert set(report["targets"]) == {"single >= 2x beanstalkd", "batch >= 2x Redis"}
     assert "rocks-timer / beanstalkd" in out
+    busy = report["busy"]  # the same sends due in 0-2 s: the deliverer works meanwhile
+    assert set(busy["systems"]) == set(report["systems"])
+    assert all(busy["systems"]["rocks-timer"][f"{k}_per_s"] > 0 for k in ("single", "batch"))
+    assert set(busy["targets"]) == set(report["targets"])
+    assert "deliverer busy" in out and "| per-call send, due in 0-2 s |" in out
 
 
 def test_bench_durability_smoke(tmp_path, capsys):
