@@ -12,6 +12,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -35,6 +36,12 @@ from rocks_timer.timer.store import ScanPage, TimerStore, maker, new_timer_recor
 
 log = logging.getLogger(__name__)
 _RETENTION_EVERY_MS = 10_000
+# The timer loop's pace when few messages fall due at a time: after a step that claimed fewer
+# than _GATHER_BELOW, the next one starts at least timer_precision_ms / _GATHER_DIVISOR after it
+# (10 ms at the default 100). Stepping for every message that fell due took the GIL and the
+# store lock from producers for a step's fixed cost each time (docs/DECISIONS.md, issue 26).
+_GATHER_DIVISOR = 10
+_GATHER_BELOW = 256
 
 
 class SendResult(NamedTuple):
@@ -343,15 +350,24 @@ class Broker(KeyedOperations):
         damaged store, a full disk) is retried after a backoff that doubles while it keeps
         failing (``self.health`` logs it and ``stats()`` shows it); sends do not cut it short."""
         interval_ms = self.config.timer_precision_ms
+        gather_s = interval_ms / _GATHER_DIVISOR / 1000
+        next_step_at = 0.0
         while not self._stopping.is_set():
+            pause = next_step_at - time.monotonic()
+            if pause > 0 and self._stopping.wait(pause):
+                break
             self._wake.clear()
             try:
+                started = time.monotonic()
                 now = self.clock.now_ms()
                 with self._tick_lock:
                     claimed_before = self.deliverer.in_flight
                     busy = self._timer_step(now, wait=False)
                     self._housekeeping(now)
                     claimed = self.deliverer.in_flight + busy - claimed_before
+                # a trickle (messages falling due while producers send): let them gather
+                # before the next step, so each step's fixed cost and GIL time are shared
+                next_step_at = started + gather_s if claimed < _GATHER_BELOW else 0.0
                 self.health.recovered(TIMER_STEP)
                 if self.deliverer.in_flight:
                     if claimed == 0 or self.deliverer.in_flight >= self.config.timer_max_in_flight:
