@@ -21,7 +21,7 @@ from typing import Any, Callable
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from rocks_timer.errors import ConfigError
-from rocks_timer.metrics.collector import BrokerCollector, store_problems
+from rocks_timer.metrics.collector import COMPONENTS, BrokerCollector, store_problems
 
 log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 16
@@ -42,7 +42,7 @@ def dashboard_document(broker, fronts: dict[str, Callable] | None = None,
     for name, counts in sorted((fronts or {}).items()):
         done, failed = counts()
         requests[name] = {"requests": sum(done.values()), "errors": sum(failed.values())}
-    bytes_written = dict(timer.get("bytes_written", {}))
+    bytes_written = {COMPONENTS.get(k, k): v for k, v in timer.get("bytes_written", {}).items()}
     bytes_written["commitlog"] = log_stats["commitlog_bytes"]
     bytes_written["consumequeue"] = log_stats["consumequeue_bytes"]
     return {

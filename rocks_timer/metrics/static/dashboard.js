@@ -37,7 +37,7 @@
   // vertical bars: items = [{label, value}]
   function barChart(svg, items) {
     while (svg.firstChild) svg.removeChild(svg.firstChild);
-    const W = 480, H = 200, top = 18, bottom = 34, left = 8;
+    const W = 480, H = 170, top = 18, bottom = 22, left = 8;
     const max = Math.max(1, ...items.map((d) => d.value));
     const slot = (W - 2 * left) / Math.max(1, items.length);
     items.forEach((d, i) => {
@@ -56,10 +56,10 @@
   // horizontal bars with a value label: items = [{label, value, text}]
   function hbarChart(svg, items) {
     while (svg.firstChild) svg.removeChild(svg.firstChild);
-    const W = 480, rowH = Math.min(26, 200 / Math.max(1, items.length)), labelW = 130;
+    const W = 480, rowH = Math.min(24, 170 / Math.max(1, items.length)), labelW = 120;
     const max = Math.max(1, ...items.map((d) => d.value));
     items.forEach((d, i) => {
-      const y = i * rowH + 2, w = Math.round((W - labelW - 110) * d.value / max);
+      const y = i * rowH + 2, w = Math.round((W - labelW - 150) * d.value / max);
       svg.appendChild(svgEl("text", { x: 0, y: y + rowH * 0.65 }, d.label));
       svg.appendChild(svgEl("rect", { x: labelW, y, width: Math.max(w, 1), height: rowH - 6, rx: 2,
                                       fill: COLORS.b }));
@@ -143,18 +143,17 @@
 
     const buckets = Object.entries(doc.due.buckets).map(([label, value]) => ({ label, value }));
     barChart($("due-chart"), buckets);
-    const tbody = $("due-table").tBodies[0];
-    tbody.textContent = "";
+    const head = $("due-table").tHead.rows[0], row = $("due-table").tBodies[0].rows[0];
+    head.textContent = "";
+    row.textContent = "";
     for (const b of buckets) {
-      const tr = document.createElement("tr");
-      tr.dataset.bucket = b.label;
-      const name = document.createElement("td");
-      name.textContent = b.label;
-      const n = document.createElement("td");
-      n.className = "n";
-      n.textContent = String(b.value);
-      tr.append(name, n);
-      tbody.appendChild(tr);
+      const th = document.createElement("th");
+      th.textContent = b.label;
+      const td = document.createElement("td");
+      td.dataset.bucket = b.label;
+      td.textContent = fmt.format(b.value);
+      head.appendChild(th);
+      row.appendChild(td);
     }
     barChart($("day-chart"), doc.due.days.map((d) => ({ label: d.day.slice(5), value: d.count })));
 
@@ -178,9 +177,9 @@
       { name: "deliver", color: COLORS.b, points: rates.deliver },
       { name: "consume", color: COLORS.c, points: rates.consume }], "/s");
     lineChart($("late-chart"), $("late-legend"), [
-      { name: "p50", color: COLORS.b, points: p50 },
+      { name: "max", color: COLORS.c, points: pmax },
       { name: "p99", color: COLORS.a, points: p99 },
-      { name: "max", color: COLORS.c, points: pmax }], " ms");
+      { name: "p50", color: COLORS.b, points: p50 }], " ms");
 
     const written = Object.entries(doc.bytes_written).filter(([, v]) => v > 0).sort((a, b) => b[1] - a[1]);
     const per = doc.sent_total ? (v) => " (" + fmt.format(Math.round(v / doc.sent_total)) + " B/msg)" : () => "";
@@ -196,11 +195,14 @@
     for (const [name, f] of Object.entries(doc.fronts)) rows.push([name + " requests / errors", f.requests + " / " + f.errors]);
     const hbody = $("health-table").tBodies[0];
     hbody.textContent = "";
-    for (const [k, v] of rows) {
+    for (let i = 0; i < rows.length; i += 2) {  // two figures a row: fits a laptop screen
       const tr = document.createElement("tr");
-      const a = document.createElement("td"); a.textContent = k.replace(/_/g, " ");
-      const b = document.createElement("td"); b.className = "n"; b.textContent = String(v);
-      tr.append(a, b);
+      for (const [k, v] of rows.slice(i, i + 2)) {
+        const a = document.createElement("td"); a.textContent = k.replace(/_/g, " ");
+        const b = document.createElement("td"); b.className = "n"; b.textContent = String(v);
+        if (typeof v === "number" && v > 0) b.classList.add("bad");
+        tr.append(a, b);
+      }
       hbody.appendChild(tr);
     }
     document.body.dataset.polls = String((Number(document.body.dataset.polls) || 0) + 1);
