@@ -12,13 +12,15 @@ from tests.metrics_support import MetricsBroker
 
 
 def _shown(driver) -> dict:
-    """What the page shows: the pending count, the due table and the due chart's bars."""
-    pending = driver.find_element("id", "pending").text
-    cells = driver.find_elements("css selector", "#due-table td[data-bucket]")
-    table = {cell.get_attribute("data-bucket"): int(cell.text.replace(",", "")) for cell in cells}
-    bars = {bar.get_attribute("data-label"): int(bar.get_attribute("data-value"))
-            for bar in driver.find_elements("css selector", "#due-chart rect")}
-    return {"pending": pending, "table": table, "bars": bars}
+    """What the page shows: the pending count, the due table and the due chart's bars, read in
+    one script run (the page redraws them every poll, between two WebDriver calls)."""
+    return driver.execute_script("""
+        const table = {}, bars = {};
+        for (const cell of document.querySelectorAll("#due-table td[data-bucket]"))
+          table[cell.dataset.bucket] = Number(cell.textContent.replace(/,/g, ""));
+        for (const bar of document.querySelectorAll("#due-chart rect"))
+          bars[bar.getAttribute("data-label")] = Number(bar.getAttribute("data-value"));
+        return {pending: document.getElementById("pending").textContent, table, bars};""")
 
 
 def _wait_until_shown(driver, broker: MetricsBroker, timeout_s: float = 20.0) -> dict:
@@ -34,6 +36,11 @@ def _wait_until_shown(driver, broker: MetricsBroker, timeout_s: float = 20.0) ->
         if time.monotonic() > deadline:
             raise AssertionError(f"the page shows {shown}, stats() says {expected}")
         time.sleep(0.1)
+
+
+def _text(driver, element_id: str) -> str:
+    return driver.execute_script("return document.getElementById(arguments[0]).textContent",
+                                 element_id)
 
 
 def _console_errors(driver) -> list:
@@ -52,15 +59,15 @@ def test_dashboard_shows_stats_live_without_console_errors(tmp_path):
         stats = _wait_until_shown(driver, broker)
         assert stats["pending"] == 8
         assert stats["due"]["buckets"]["hour"] == 0 and stats["due"]["buckets"]["day"] == 5
-        assert driver.find_element("id", "health").text == "healthy"
-        assert driver.find_element("id", "early").text == "0"
-        assert driver.find_element("id", "engine").text == "engine rocksdb (vlog)"
-        polls = int(driver.find_element("tag name", "body").get_attribute("data-polls"))
+        assert _text(driver, "health") == "healthy"
+        assert _text(driver, "early") == "0"
+        assert _text(driver, "engine") == "engine rocksdb (vlog)"
+        polls = int(driver.execute_script("return document.body.dataset.polls"))
 
         broker.cli("send", "orders", "more", "--delay", "30m", "--count", "4")
         stats = _wait_until_shown(driver, broker)
         assert stats["pending"] == 12 and stats["due"]["buckets"]["hour"] == 4
-        assert int(driver.find_element("tag name", "body").get_attribute("data-polls")) > polls
+        assert int(driver.execute_script("return document.body.dataset.polls")) > polls
         assert _console_errors(driver) == []
         shot = tmp_path / "dashboard.png"
         assert driver.save_screenshot(str(shot))
