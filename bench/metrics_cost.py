@@ -1,0 +1,142 @@
+"""What metrics cost the hot paths (issue 28): sends and deliveries with metrics off and on, in
+one run, rounds interleaved so a noisy neighbour hits both sides alike.
+
+- off: the broker with its metric counters replaced by ones that count nothing (the delivery
+  tally, the send delays) and no HTTP server: what the paths cost without any metrics work;
+- counters: the broker as shipped, no server (the counters are always kept);
+- on: as shipped, with the metrics server of ``rtimer run --metrics-listen --dashboard`` running
+  and a scraper fetching ``/metrics`` and ``/api/dashboard`` every ``scrape_s`` seconds
+  (Prometheus scrapes every 15 s by default; 1 s is harsher).
+
+Each round sends ``n / 5`` messages one ``Broker.send`` at a time, ``n`` through
+``send_batch(100)``, then drains all of them through the broker's own delivery loop (manual
+clock jumped past every due time). Run through ``python -m bench.rocks --metrics-only``.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+import urllib.request
+
+from bench.common import median, scratch_dir, settled_gc
+from rocks_timer import Broker, BrokerConfig, ManualClock, Message
+
+T0 = 1_767_225_600_000
+VARIANTS = ("off", "counters", "on")
+
+
+class _NoDeliveryTally:
+    def add(self, records, store_ms: int) -> None:
+        pass
+
+    def as_dict(self) -> dict:
+        return {"lateness_ms": {"bounds": [], "counts": [0], "sum": 0, "count": 0}, "early": 0,
+                "by_topic": {}}
+
+
+class _NoDelayTally:
+    def add(self, dues, now_ms: int) -> None:
+        pass
+
+    def as_dict(self) -> dict:
+        return {"bounds": [], "counts": [0], "sum": 0, "count": 0}
+
+
+class _Scraper(threading.Thread):
+    def __init__(self, base_url: str, every_s: float):
+        super().__init__(daemon=True)
+        self.base_url, self.every_s = base_url, every_s
+        self.stop = threading.Event()
+        self.scrapes = 0
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            for path in ("/metrics", "/api/dashboard"):
+                with urllib.request.urlopen(self.base_url + path, timeout=30) as reply:
+                    reply.read()
+            self.scrapes += 1
+
+
+def _round(variant: str, n: int, scrape_s: float, seed: int) -> dict[str, float]:
+    rng = random.Random(seed)
+    pool = [rng.randbytes(1024) for _ in range(64)]
+    singles = [Message("orders", pool[i % 64]) for i in range(n // 5)]
+    batched = [Message("orders", pool[i % 64]) for i in range(n)]
+    with scratch_dir(prefix=f"metrics-{variant}-") as d:
+        clock = ManualClock(T0)
+        broker = Broker.open(d / "b", BrokerConfig(), clock=clock)
+        server = scraper = None
+        if variant == "off":
+            broker.deliverer.tally = _NoDeliveryTally()
+            broker.delays = _NoDelayTally()
+        if variant == "on":
+            from rocks_timer.metrics import MetricsServer
+            server = MetricsServer(broker, "127.0.0.1", 0, dashboard=True,
+                                   labels={"cluster": "bench"}).start()
+            scraper = _Scraper(f"http://{server.address}", scrape_s)
+            scraper.start()
+        times = {}
+        with settled_gc():
+            start = time.perf_counter()
+            for i, msg in enumerate(singles):
+                broker.send(msg, delay_ms=1_000 + (i % 60_000))
+            times["send1"] = time.perf_counter() - start
+            start = time.perf_counter()
+            for i in range(0, n, 100):
+                broker.send_batch(batched[i:i + 100], delay_ms=1_000 + (i % 60_000))
+            times["send100"] = time.perf_counter() - start
+            clock.set(T0 + 3_600_000)
+            start = time.perf_counter()
+            broker.start()
+            total = len(singles) + n
+            while broker.deliverer.delivered < total:
+                time.sleep(0.002)
+            times["deliver"] = time.perf_counter() - start
+            broker.stop()
+        if scraper is not None:
+            scraper.stop.set()
+            scraper.join()
+            times["scrapes"] = scraper.scrapes
+        if server is not None:
+            server.stop()
+        if variant != "off":
+            assert broker.stats()["deliveries"]["early"] == 0
+        broker.close()
+    return times
+
+
+def bench_metrics(n: int, runs: int, scrape_s: float = 1.0) -> dict:
+    """msg/s per path and variant (median over ``runs`` interleaved rounds), and on / off."""
+    samples: dict[str, dict[str, list[float]]] = {v: {"send1": [], "send100": [], "deliver": []}
+                                                   for v in VARIANTS}
+    scrapes = 0
+    for run in range(runs):
+        order = VARIANTS if run % 2 == 0 else tuple(reversed(VARIANTS))
+        for variant in order:
+            times = _round(variant, n, scrape_s, seed=run)
+            scrapes += int(times.pop("scrapes", 0))
+            for path, seconds in times.items():
+                samples[variant][path].append(seconds)
+    counts = {"send1": n // 5, "send100": n, "deliver": n + n // 5}
+    out: dict = {"messages": n, "runs": runs, "scrape_every_s": scrape_s,
+                 "scrapes_during_on": scrapes}
+    for variant in VARIANTS:
+        out[variant] = {f"{path}_msgs_per_s": round(counts[path] / median(t))
+                        for path, t in samples[variant].items()}
+    for variant in ("counters", "on"):
+        out[f"{variant}_vs_off"] = {
+            path: round(median(samples["off"][path]) / median(samples[variant][path]), 3)
+            for path in counts}
+    return out
+
+
+def summary(result: dict) -> list[str]:
+    lines = []
+    for path, label in (("send1", "Broker.send"), ("send100", "Broker.send_batch(100)"),
+                        ("deliver", "deliver into CommitLog")):
+        key = f"{path}_msgs_per_s"
+        lines.append(f"| metrics on / off: {label} | {result['on'][key]:,} / "
+                     f"{result['off'][key]:,} msg/s ({result['on_vs_off'][path]:.1%}; counters "
+                     f"only {result['counters_vs_off'][path]:.1%}) | >= 97% |")
+    return lines
