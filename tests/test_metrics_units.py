@@ -3,7 +3,13 @@ the native tally equals its Python reference, histograms put each value where it
 collector's values equal ``stats()``, and a bad ``--metrics-label`` is refused."""
 from __future__ import annotations
 
+import json
+import os
 import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -153,3 +159,45 @@ def test_bench_metrics_cost_smoke():
         assert all(v > 0 for v in result[variant].values())
     assert set(result["on_vs_off"]) == {"send1", "send100", "deliver"}
     assert len(metrics_cost.summary(result)) == 3
+
+
+GRAFANA = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"
+
+
+def _grafana_exprs() -> list[str]:
+    doc = json.loads(GRAFANA.read_text())
+    return [t["expr"] for p in doc["panels"] for t in p["targets"]]
+
+
+def test_grafana_dashboard_names_only_metrics_rtimer_exports(tmp_path):
+    clock = ManualClock(T0)
+    with Broker.open(tmp_path / "b", BrokerConfig(), clock=clock) as broker:
+        broker.send(Message("orders", b"x"), delay_ms=1_000)
+        clock.advance(2_000)
+        broker.tick()
+        broker.send(Message("orders", b"pending"), delay_ms=60_000)
+        broker.consumer_offsets.commit("orders", "g", 0, 0)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(BrokerCollector(broker, {"cluster": "c", "node_type": "broker",
+                                                   "node_id": "n"},
+                                          {"socket": lambda: ({"send": 1}, {})}))
+        exported = {name for name, _ in samples(generate_latest(registry).decode())}
+    used = {name for expr in _grafana_exprs()
+            for name in re.findall(r"\b(?:rocketmq|rtimer)_[a-z_]+", expr)}
+    assert used and used <= exported, used - exported
+
+
+def test_grafana_queries_parse_in_promtool(tmp_path):
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("promtool is missing under CI=true (`make prometheus` installs it)")
+        pytest.skip("promtool is not installed (`make prometheus` installs Debian's prometheus)")
+    rules = {"groups": [{"name": "grafana", "rules": [
+        {"record": f"rtimer:grafana_{i}", "expr": expr.replace("$cluster", ".*")
+         .replace("$node_id", ".*")} for i, expr in enumerate(_grafana_exprs())]}]}
+    path = tmp_path / "rules.yml"
+    path.write_text(json.dumps(rules))  # JSON is YAML
+    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
