@@ -158,7 +158,8 @@ def test_bench_metrics_cost_smoke():
     for variant in metrics_cost.VARIANTS:
         assert all(v > 0 for v in result[variant].values())
     assert set(result["on_vs_off"]) == {"send1", "send100", "deliver"}
-    assert len(metrics_cost.summary(result)) == 3
+    assert set(result["on_vs_off_cpu"]) == {"send1", "send100", "deliver"}
+    assert len(metrics_cost.summary(result)) == 6
 
 
 GRAFANA = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"
