@@ -442,13 +442,13 @@ class Broker(KeyedOperations):
         }
 
     def pending_by_topic(self, max_entries: int = 100_000) -> tuple[dict[str, int], bool]:
-        """Pending timer messages per topic, and whether the count is complete: an engine that
-        keeps the counts answers at once; otherwise pending entries are walked in due order, at
-        most ``max_entries`` (False and a partial count past that)."""
+        """Pending timer messages per topic, and whether the count is complete: pending entries
+        walked in due order (keys only where the engine can), at most ``max_entries`` (False
+        and a partial count past that)."""
         self._check_open()
-        known = getattr(self.timer, "pending_by_topic", None)
-        if known is not None:
-            return known(), True
+        by_keys = getattr(self.timer, "count_by_topic", None)  # a walk of keys only (RocksDB)
+        if by_keys is not None:
+            return by_keys(max_entries)
         counts: dict[str, int] = {}
         after, seen = None, 0
         while seen < max_entries:

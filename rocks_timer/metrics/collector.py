@@ -25,7 +25,7 @@ from rocks_timer.message import WHEEL_TIMER_TOPIC
 # RocketMQ's TimerMetrics distribution (5 s .. 24 h), and beyond its 24 h cap: 7 d, 30 d; the
 # series timer_bound_s="+Inf" counts the rest, so the series add up to the pending count
 SNAPSHOT_BOUNDS_S = (5, 60, 300, 900, 3_600, 14_400, 28_800, 86_400, 604_800, 2_592_000)
-TOPIC_WALK_MAX = 100_000  # pending entries walked per scrape for the per-topic count, at most
+TOPIC_WALK_MAX = 200_000  # pending keys walked per scrape for the per-topic count, as `stats`
 
 # the timer engine's bytes_written components under names that say what they are
 COMPONENTS = {"wal": "index_wal", "flush": "index_flush", "compaction": "index_compaction",
