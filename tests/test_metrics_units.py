@@ -228,3 +228,12 @@ def test_rocksdb_count_by_topic_equals_a_scan_walk_across_pages(tmp_path):
         assert broker.timer.count_by_topic(pending, page=300) == (expected, True)
         partial, complete = broker.timer.count_by_topic(pending - 1, page=300)
         assert not complete and sum(partial.values()) == pending - 1
+
+
+def test_bench_rocks_metrics_only_writes_its_results(tmp_path, capsys):
+    from bench import rocks as bench_rocks
+    assert bench_rocks.main(["--metrics-only", "--messages", "300", "--runs", "1",
+                             "--scrape-every", "0.05", "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "rocks-metrics.json").read_text())
+    assert report["on"]["deliver_msgs_per_s"] > 0 and report["off"]["send1_msgs_per_cpu_s"] > 0
+    assert "metrics on / off: Broker.send" in capsys.readouterr().out
