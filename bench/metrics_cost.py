@@ -127,7 +127,7 @@ def bench_metrics(n: int, runs: int, scrape_s: float = 1.0) -> dict:
                 cpus[variant][path].append(cpu)
     counts = {"send1": n // 5, "send100": n, "deliver": n + n // 5}
     out: dict = {"messages": n, "runs": runs, "scrape_every_s": scrape_s,
-                 "scrapes_during_on": scrapes}
+                 "scrapes_during_on": scrapes, "scrape_cost": scrape_cost(n + n // 5)}
     for variant in VARIANTS:
         out[variant] = {f"{path}_msgs_per_s": round(counts[path] / median(walls[variant][path]))
                         for path in counts}
@@ -144,6 +144,35 @@ def bench_metrics(n: int, runs: int, scrape_s: float = 1.0) -> dict:
     return out
 
 
+def scrape_cost(n: int, reps: int = 5) -> dict:
+    """CPU ms of one ``/metrics`` answer and one dashboard JSON with ``n`` messages pending (two
+    topics), median over ``reps``: what a scrape costs, to spread over the scrape interval."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from rocks_timer.metrics import BrokerCollector, dashboard_document
+    rng = random.Random(5)
+    pool = [rng.randbytes(1024) for _ in range(64)]
+    with scratch_dir(prefix="metrics-scrape-") as d:
+        broker = Broker.open(d / "b", BrokerConfig(), clock=ManualClock(T0))
+        for i in range(0, n, 1000):
+            broker.send_batch([Message("orders" if j % 2 else "billing", pool[j % 64])
+                               for j in range(min(1000, n - i))],
+                              delay_ms=1_000 + rng.randrange(86_400_000))
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(BrokerCollector(broker, {"cluster": "bench"}))
+        metrics_ms, dashboard_ms = [], []
+        for _ in range(reps):
+            cpu = time.process_time()
+            generate_latest(registry)
+            metrics_ms.append((time.process_time() - cpu) * 1000)
+            cpu = time.process_time()
+            dashboard_document(broker)
+            dashboard_ms.append((time.process_time() - cpu) * 1000)
+        broker.close()
+    return {"pending": n, "metrics_cpu_ms": round(median(metrics_ms), 1),
+            "dashboard_cpu_ms": round(median(dashboard_ms), 1)}
+
+
 def summary(result: dict) -> list[str]:
     lines = []
     for path, label in (("send1", "Broker.send"), ("send100", "Broker.send_batch(100)"),
@@ -155,4 +184,10 @@ def summary(result: dict) -> list[str]:
         lines.append(f"| metrics on / off: {label}, wall clock | {result['on'][key]:,} / "
                      f"{result['off'][key]:,} msg/s ({result['on_vs_off'][path]:.1%}; counters "
                      f"only {result['counters_vs_off'][path]:.1%}) | reported |")
+    cost = result.get("scrape_cost")
+    if cost:
+        lines.append(f"| one /metrics scrape / one dashboard poll, {cost['pending']:,} pending | "
+                     f"{cost['metrics_cpu_ms']} / {cost['dashboard_cpu_ms']} ms CPU "
+                     f"({cost['metrics_cpu_ms'] / 150:.2f}% of a core at a 15 s scrape interval)"
+                     f" | reported |")
     return lines

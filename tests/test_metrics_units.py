@@ -159,7 +159,8 @@ def test_bench_metrics_cost_smoke():
         assert all(v > 0 for v in result[variant].values())
     assert set(result["on_vs_off"]) == {"send1", "send100", "deliver"}
     assert set(result["on_vs_off_cpu"]) == {"send1", "send100", "deliver"}
-    assert len(metrics_cost.summary(result)) == 6
+    assert result["scrape_cost"]["metrics_cpu_ms"] > 0
+    assert len(metrics_cost.summary(result)) == 7
 
 
 GRAFANA = Path(__file__).resolve().parent.parent / "docs" / "grafana-dashboard.json"

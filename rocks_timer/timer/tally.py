@@ -131,17 +131,29 @@ class DelayTally:
         self.delays = Histogram(DELAY_BOUNDS_MS)
 
     def add(self, dues: Sequence[int], now_ms: int) -> None:
-        bounds = DELAY_BOUNDS_MS
         n = len(dues)
-        lo, hi = (dues[0], dues[0]) if n == 1 else (min(dues), max(dues))
-        first = bisect_left(bounds, lo - now_ms)
-        counts = [0] * (len(bounds) + 1)
-        if first == bisect_left(bounds, hi - now_ms):
-            counts[first] = n
-        else:
-            for due in dues:
-                counts[bisect_left(bounds, due - now_ms)] += 1
-        total = (lo - now_ms) if n == 1 else sum(dues) - n * now_ms
+        if n == 1:  # one send: the common case, kept to a bisect and three additions
+            delay = dues[0] - now_ms
+            bucket = bisect_left(DELAY_BOUNDS_MS, delay)
+            with self._lock:
+                histogram = self.delays
+                histogram.counts[bucket] += 1
+                histogram.sum += delay
+                histogram.count += 1
+            return
+        lo, hi = min(dues), max(dues)
+        first = bisect_left(DELAY_BOUNDS_MS, lo - now_ms)
+        total = sum(dues) - n * now_ms
+        if first == bisect_left(DELAY_BOUNDS_MS, hi - now_ms):  # a batch sent with one delay
+            with self._lock:
+                histogram = self.delays
+                histogram.counts[first] += n
+                histogram.sum += total
+                histogram.count += n
+            return
+        counts = [0] * (len(DELAY_BOUNDS_MS) + 1)
+        for due in dues:
+            counts[bisect_left(DELAY_BOUNDS_MS, due - now_ms)] += 1
         with self._lock:
             self.delays.add_counts(counts, total)
 
