@@ -67,6 +67,13 @@
     });
   }
 
+  // the smallest top of a scale of ``ticks`` equal steps of 1, 2, 2.5 or 5 x 10^k covering v
+  function niceMax(v, ticks) {
+    const raw = v / ticks, power = Math.pow(10, Math.floor(Math.log10(raw)));
+    const step = [1, 2, 2.5, 5, 10].map((m) => m * power).find((s) => s >= raw);
+    return step * ticks;
+  }
+
   // lines over time on a canvas: series = [{name, color, points: [[t, v|null]]}]
   function lineChart(canvas, legend, series, unit) {
     const ctx = canvas.getContext("2d");
@@ -74,14 +81,14 @@
     ctx.clearRect(0, 0, W, H);
     const all = series.flatMap((s) => s.points).filter((p) => p[1] !== null);
     const t0 = history.length ? history[0].t : 0, t1 = history.length ? history[history.length - 1].t : 1;
-    const vmax = Math.max(1, ...all.map((p) => p[1]));
+    const vmax = niceMax(Math.max(1, ...all.map((p) => p[1])), 4);
     ctx.strokeStyle = "#d9dee5"; ctx.fillStyle = "#5b6676"; ctx.font = "11px system-ui, sans-serif";
     ctx.lineWidth = 1;
     for (let k = 0; k <= 4; k++) {
       const y = top + (H - top - bottom) * k / 4;
       ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(W, y); ctx.stroke();
       const v = vmax * (1 - k / 4);
-      ctx.fillText(v >= 100 ? fmt.format(Math.round(v)) : v.toFixed(1), 2, y + 4);
+      ctx.fillText(v >= 100 ? fmt.format(Math.round(v)) : String(Number(v.toPrecision(3))), 2, y + 4);
     }
     ctx.fillText(Math.round((t1 - t0) / 1000) + " s shown", W - 70, H - 4);
     const x = (t) => left + (W - left) * (t1 > t0 ? (t - t0) / (t1 - t0) : 1);
