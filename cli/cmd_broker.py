@@ -42,6 +42,7 @@ def run(settings: Settings, grpc_listen: str | None, metrics_listen: str | None,
 
     Example: rtimer run --metrics-listen 127.0.0.1:5557 --dashboard
     """
+    metrics_plan = metrics_front.plan(metrics_listen, dashboard, metrics_labels)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -59,7 +60,7 @@ def run(settings: Settings, grpc_listen: str | None, metrics_listen: str | None,
                     if front is not None:
                         fronts["grpc"] = front.request_counts
                     metrics = metrics_front.start(
-                        broker, metrics_listen, dashboard, metrics_labels, fronts,
+                        broker, metrics_plan, dashboard, fronts,
                         popped=(lambda: front.pop.popped) if front is not None else None)
                     while not stop.wait(0.5):
                         pass

@@ -31,22 +31,33 @@ def parse_labels(items: tuple[str, ...]) -> dict[str, str]:
     return labels
 
 
-def start(broker, listen: str | None, dashboard: bool, labels: tuple[str, ...],
-          fronts: dict, popped=None):
-    """The started metrics server, or None when ``--metrics-listen`` was not given."""
+def plan(listen: str | None, dashboard: bool, labels: tuple[str, ...]
+         ) -> tuple[str, int, dict[str, str]] | None:
+    """The checked options (host, port, extra labels), or None when metrics are off; checked
+    before the broker opens, so a bad option stores nothing and starts nothing."""
     if listen is None:
         if dashboard:
             raise ConfigError("--dashboard is served on the metrics port: give --metrics-listen "
                               "HOST:PORT too")
+        if labels:
+            raise ConfigError("--metrics-label goes with --metrics-listen")
         return None
     host, port = parse_address(listen)
+    return host, port, parse_labels(labels)
+
+
+def start(broker, planned: tuple[str, int, dict[str, str]] | None, dashboard: bool,
+          fronts: dict, popped=None):
+    """The started metrics server, or None when metrics are off."""
+    if planned is None:
+        return None
+    host, port, labels = planned
     try:
         from rocks_timer.metrics import MetricsServer, default_labels
     except ImportError as exc:
         raise ConfigError(f"--metrics-listen needs prometheus-client: {exc}") from None
     server = MetricsServer(broker, host, port, dashboard=dashboard,
-                           labels=default_labels(parse_labels(labels)), fronts=fronts,
-                           popped=popped).start()
+                           labels=default_labels(labels), fronts=fronts, popped=popped).start()
     click.echo(f"rtimer: metrics on http://{server.address}/metrics")
     if dashboard:
         click.echo(f"rtimer: dashboard on http://{server.address}/")

@@ -238,3 +238,30 @@ def test_bench_rocks_metrics_only_writes_its_results(tmp_path, capsys):
     report = json.loads((tmp_path / "rocks-metrics.json").read_text())
     assert report["on"]["deliver_msgs_per_s"] > 0 and report["off"]["send1_msgs_per_cpu_s"] > 0
     assert "metrics on / off: Broker.send" in capsys.readouterr().out
+
+
+def test_run_refuses_bad_metrics_options_before_opening_anything(tmp_path):
+    from click.testing import CliRunner
+
+    from cli.main import cli
+    for args, message in ((["--dashboard"], "give --metrics-listen"),
+                          (["--metrics-label", "a=b"], "goes with --metrics-listen"),
+                          (["--metrics-listen", "127.0.0.1:x"], "HOST:PORT"),
+                          (["--metrics-listen", "127.0.0.1:0", "--metrics-label", "9=x"],
+                           "NAME=VALUE")):
+        result = CliRunner().invoke(cli, ["--data-dir", str(tmp_path / "d"), "run",
+                                          "--grpc-listen", "off", *args])
+        assert result.exit_code != 0 and message in result.output, (args, result.output)
+        assert not (tmp_path / "d").exists()
+
+
+def test_a_taken_port_is_a_clear_error(tmp_path):
+    import socket
+
+    from rocks_timer.metrics import MetricsServer
+    with socket.socket() as taken, \
+            Broker.open(tmp_path / "b", BrokerConfig(), clock=ManualClock(T0)) as broker:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(ConfigError, match="metrics cannot listen on 127.0.0.1"):
+            MetricsServer(broker, "127.0.0.1", taken.getsockname()[1])
