@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Iterator
 from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                     HistogramMetricFamily, Metric)
 
+from rocks_timer.errors import RocksTimerError
 from rocks_timer.message import WHEEL_TIMER_TOPIC
 
 # RocketMQ's TimerMetrics distribution (5 s .. 24 h), and beyond its 24 h cap: 7 d, 30 d; the
@@ -65,9 +66,11 @@ def _data_dir_bytes(path: os.PathLike | str) -> int:
 
 
 def store_problems(stats: dict[str, Any]) -> dict[str, int]:
-    """What makes a store unhealthy, by kind, from ``stats()`` (0 each when healthy)."""
+    """What makes a store unhealthy, by kind, from ``stats()`` (0 each when healthy); a failure
+    streak of a service (``stats()["health"]``) counts under ``service_failures``."""
     timer, log = stats["timer"], stats["commitlog"]
     return {
+        "service_failures": len((stats.get("health") or {}).get("failures", ())),
         "commitlog_corrupt_regions": int(log.get("corrupt_region_count", 0)),
         "commitlog_short_segments": len(log.get("short_segments", ())),
         "commitlog_missing_segments": len(log.get("missing_segments", ())),
@@ -92,6 +95,13 @@ def histogram_buckets(bounds: Iterable[int], counts: list[int], scale: float
     return out
 
 
+def _or_none(read: Callable[[], Any]) -> Any:
+    try:
+        return read()
+    except RocksTimerError:
+        return None
+
+
 class BrokerCollector:
     """Collects every series from one broker (and its fronts) at each scrape."""
 
@@ -109,8 +119,11 @@ class BrokerCollector:
     def collect(self) -> Iterator[Metric]:
         broker = self.broker
         stats = broker.stats()
-        snapshot = broker.due_snapshot(SNAPSHOT_BOUNDS_S)
-        by_topic, complete = broker.pending_by_topic(TOPIC_WALK_MAX)
+        # a damaged timer store may not answer these: their series are left out (stats()
+        # reports the damage in ``health``, which rtimer_service_failures shows)
+        snapshot = _or_none(lambda: broker.due_snapshot(SNAPSHOT_BOUNDS_S)) or {}
+        by_topic, complete = _or_none(lambda: broker.pending_by_topic(TOPIC_WALK_MAX)) or ({},
+                                                                                           False)
         yield from self._rocketmq_store(stats, snapshot, by_topic, complete)
         yield from self._rocketmq_broker(stats)
         yield from self._rtimer(stats)
@@ -156,12 +169,14 @@ class BrokerCollector:
         fam, base = self._family(GaugeMetricFamily, "rocketmq_timer_dequeue_lag",
                                  "Pending timer messages due before the next whole second, not "
                                  "yet delivered (in flight included)", store=True)
-        fam.add_metric(base, stats["due"]["buckets"]["now"])
+        if stats["due"] is not None:
+            fam.add_metric(base, stats["due"]["buckets"]["now"])
         yield fam
         fam, base = self._family(GaugeMetricFamily, "rocketmq_timer_dequeue_latency",
                                  "Now minus the due time of the earliest pending timer message "
                                  "if it is due, milliseconds", store=True)
-        fam.add_metric(base, stats["lag_ms"])
+        if stats["lag_ms"] is not None:
+            fam.add_metric(base, stats["lag_ms"])
         yield fam
         fam, base = self._family(GaugeMetricFamily, "rocketmq_timing_messages",
                                  "Pending timer messages per topic" +
@@ -233,12 +248,13 @@ class BrokerCollector:
         timer, engine = stats["timer"], stats["engine"]
         fam, base = self._family(GaugeMetricFamily, "rtimer_pending_messages",
                                  "Pending timer messages", extra=("engine",))
-        fam.add_metric(base + [engine], stats["pending"])
+        if stats["pending"] is not None:
+            fam.add_metric(base + [engine], stats["pending"])
         yield fam
         fam, base = self._family(GaugeMetricFamily, "rtimer_pending_by_due",
                                  "Pending timer messages by due bucket (now, minute, hour, day, "
                                  "week, later; as rtimer stats --due)", extra=("engine", "bucket"))
-        for bucket, count in stats["due"]["buckets"].items():
+        for bucket, count in (stats["due"] or {"buckets": {}})["buckets"].items():
             fam.add_metric(base + [engine, bucket], count)
         yield fam
         for name, key, doc in (
@@ -293,6 +309,13 @@ class BrokerCollector:
                                  extra=("kind",))
         for kind, count in problems.items():
             fam.add_metric(base + [kind], count)
+        yield fam
+        fam, base = self._family(GaugeMetricFamily, "rtimer_service_failures",
+                                 "Failures in a row of a broker service that keeps failing "
+                                 "(stats()['health']), by where and error type",
+                                 extra=("where", "error_type"))
+        for failure in (stats.get("health") or {}).get("failures", ()):
+            fam.add_metric(base + [failure["where"], failure["error_type"]], failure["count"])
         yield fam
         fam, base = self._family(GaugeMetricFamily, "rtimer_store_healthy",
                                  "1 when no rtimer_store_problems kind is above 0")

@@ -139,9 +139,9 @@
     health.textContent = doc.healthy ? "healthy" : "problems found";
     health.className = "tag " + (doc.healthy ? "good" : "bad");
     setText("updated", "updated " + new Date(doc.now_ms).toISOString().replace("T", " ").slice(0, 19) + " UTC");
-    setText("pending", fmt.format(doc.pending));
+    setText("pending", doc.pending === null ? "unreadable" : fmt.format(doc.pending), doc.pending === null);
     setText("in-flight", fmt.format(doc.in_flight));
-    setText("lag", ms(doc.lag_ms));
+    setText("lag", doc.lag_ms === null ? "unreadable" : ms(doc.lag_ms));
     setText("sent", fmt.format(doc.sent_total));
     setText("delivered", fmt.format(doc.delivered));
     setText("consumed", fmt.format(doc.consumed));
@@ -200,6 +200,7 @@
                   ["open took", ms(doc.open.open_ms)],
                   ["previous stop", doc.open.previous_stop_clean ? "clean" : "unclean (recovered)"]];
     for (const [name, f] of Object.entries(doc.fronts)) rows.push([name + " requests / errors", f.requests + " / " + f.errors]);
+    for (const f of doc.failures) rows.push(["failing: " + f.where, f.count + " in a row: " + f.error_type]);
     const hbody = $("health-table").tBodies[0];
     hbody.textContent = "";
     for (let i = 0; i < rows.length; i += 2) {  // two figures a row: fits a laptop screen
