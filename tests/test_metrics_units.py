@@ -265,3 +265,22 @@ def test_a_taken_port_is_a_clear_error(tmp_path):
         taken.listen()
         with pytest.raises(ConfigError, match="metrics cannot listen on 127.0.0.1"):
             MetricsServer(broker, "127.0.0.1", taken.getsockname()[1])
+
+
+def test_a_failing_service_makes_the_store_unhealthy_in_the_scrape(tmp_path):
+    from rocks_timer.errors import CorruptRecordError
+    with Broker.open(tmp_path / "b", BrokerConfig(), clock=ManualClock(T0)) as broker:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(BrokerCollector(broker, {"cluster": "c", "node_type": "broker",
+                                                   "node_id": "n"}))
+        found = samples(generate_latest(registry).decode())
+        assert value(found, "rtimer_store_healthy") == 1
+        assert series(found, "rtimer_service_failures", "where") == {}
+        for _ in range(3):
+            broker.health.failed("timer delivery", CorruptRecordError("a damaged block"),
+                                 quiet=True)
+        found = samples(generate_latest(registry).decode())
+        assert value(found, "rtimer_store_healthy") == 0
+        assert value(found, "rtimer_store_problems", kind="service_failures") == 1
+        assert value(found, "rtimer_service_failures", where="timer delivery",
+                     error_type="CorruptRecordError") == 3
