@@ -9,6 +9,7 @@ import random
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from cli.metrics_front import parse_address, parse_labels
 from rocks_timer import Broker, BrokerConfig, ManualClock, Message
 from rocks_timer.errors import ConfigError
-from rocks_timer.metrics import BrokerCollector
+from rocks_timer.metrics import BrokerCollector, dashboard_document
 from rocks_timer.metrics.collector import SNAPSHOT_BOUNDS_S
 from rocks_timer.timer import keys as K
 from rocks_timer.timer import tally as T
@@ -111,6 +112,11 @@ def test_collector_equals_stats_for_every_engine(tmp_path, engine):
         snapshot = series(found, "rocketmq_timer_message_snapshot", "timer_bound_s")
         assert set(snapshot) == {str(b) for b in SNAPSHOT_BOUNDS_S} | {"+Inf"}
         assert sum(snapshot.values()) == stats["pending"]
+        doc = dashboard_document(broker)  # what the dashboard draws, for every engine
+        assert (doc["engine"], doc["pending"], doc["due"]) == (engine, stats["pending"],
+                                                               stats["due"])
+        assert doc["early"] == 0 and doc["lateness_ms"]["count"] == stats["delivered"]
+        assert json.loads(json.dumps(doc)) == doc  # plain JSON
         # the snapshot from the pending entries themselves
         t0 = -(-clock.now_ms() // 1000) * 1000
         dues = [e.deliver_at_ms for e in broker.scan(limit=1000)]
@@ -284,3 +290,39 @@ def test_a_failing_service_makes_the_store_unhealthy_in_the_scrape(tmp_path):
         assert value(found, "rtimer_store_problems", kind="service_failures") == 1
         assert value(found, "rtimer_service_failures", where="timer delivery",
                      error_type="CorruptRecordError") == 3
+
+
+def test_the_http_server_is_bounded(tmp_path):
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from rocks_timer.metrics import MetricsServer
+    from rocks_timer.metrics.server import MAX_CONNECTIONS
+    with Broker.open(tmp_path / "b", BrokerConfig(), clock=ManualClock(T0)) as broker:
+        server = MetricsServer(broker, "127.0.0.1", 0).start()
+        idle = []
+        try:
+            url = f"http://{server.address}"
+            request = urllib.request.Request(url + "/metrics", data=b"x", method="POST")
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(request, timeout=10)
+            assert err.value.code == 501
+            with pytest.raises(urllib.error.HTTPError) as err:  # no dashboard unless asked
+                urllib.request.urlopen(url + "/api/dashboard", timeout=10)
+            assert err.value.code == 404
+            for _ in range(MAX_CONNECTIONS):  # clients that connect and send nothing
+                sock = socket.create_connection(server.server_address[:2], timeout=10)
+                idle.append(sock)
+            deadline = time.monotonic() + 10
+            while True:  # the slots fill as the server accepts them
+                extra = socket.create_connection(server.server_address[:2], timeout=10)
+                reply = extra.recv(200)
+                extra.close()
+                if reply.startswith(b"HTTP/1.1 503") or time.monotonic() > deadline:
+                    break
+            assert reply.startswith(b"HTTP/1.1 503")
+        finally:
+            for sock in idle:
+                sock.close()
+            server.stop()
