@@ -49,8 +49,8 @@ from rocks_timer.timer.handles import decode_handle
 from rocks_timer.timer.rocksdb import opening
 from rocks_timer.timer.rocksdb.opening import CORRUPT_CF, META_CF, TIMER_CF
 from rocks_timer.timer.rocksdb.syncer import BackgroundSync, sync_segments
-from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, resume_handle,
-                                            scan_start)
+from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, count_topics_page,
+                                            resume_handle, scan_start)
 from rocks_timer.timer.rocksdb.duecount import DueCounters
 from rocks_timer.timer.rocksdb.keyindex import IndexChanges
 from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats, TimerKey,
@@ -297,6 +297,37 @@ class RocksTimerStore(KeyedRocksOps):
                 del it
             self._scan_corrupt_skipped += corrupt
         return ScanPage(entries, resume_handle(resume))
+
+    def count_by_topic(self, max_keys: int, page: int = 2_000) -> tuple[dict[str, int], bool]:
+        """Pending keys per topic, walking keys only (no value read into Python), ``page`` keys
+        per hold of the store's lock so sends and deliveries interleave; at most ``max_keys``
+        (False, and the counts so far, past that). Exact when nothing changes meanwhile."""
+        counts: dict[bytes, int] = {}
+        start: bytes | None = None
+        walked, complete = 0, True
+        while True:
+            budget = min(page, max_keys - walked)
+            if budget <= 0:
+                complete = False
+                break
+            with self._lock:
+                self._check_open()
+                begin = self._cursor() if start is None else max(start, self._cursor())
+                it = self._timer.iter(ReadOptions())
+                try:
+                    it.seek(begin)
+                    last = count_topics_page(it, counts, budget)
+                finally:
+                    del it
+            walked += budget
+            if last is None:
+                break
+            start = K.key_successor(last)
+        named = {}
+        for raw, n in counts.items():
+            name = raw.decode("utf-8", "replace")
+            named[name] = named.get(name, 0) + n
+        return dict(sorted(named.items())), complete
 
     def reconcile_from(self) -> int | None:
         """The CommitLog offset reconciled so far; None until the first complete/reconcile
