@@ -127,14 +127,16 @@ def release_empty(store: "RocksTimerStore") -> int:
         return 0
     rows = None
     try:
-        store._db.flush_wal(True)  # every batch that emptied them is durable before a file goes
+        # every batch that emptied them is durable before a file goes; values first, so the
+        # WAL sync never makes an index entry durable ahead of the bytes it points at
+        store.sync_values_then_wal()
         rows = durable_rows(store._meta, segs)
     finally:
         with store._lock:
             for seg in segs:
                 seg.busy -= 1
             gone = vlog.detach(segs, rows) if rows is not None and not store._closed else []
-    vlog.unlink(gone)
+    vlog.unlink(gone)  # and their names are gone for good before the rows are
     if not gone:
         return 0
     with store._lock:

@@ -97,6 +97,10 @@ class RocksTimerStore(KeyedRocksOps):
         self._lock = threading.Lock()
         self._maint_lock = threading.Lock()  # compaction runs outside _lock; close waits for it
         self._sync_lock = threading.Lock()  # so does the WAL sync of ``sync``: sends go on
+        # held by every write that appends value bytes (taken before ``_lock``) and by the WAL
+        # sync of ``sync_values_then_wal``: no index entry reaches a synced WAL before the bytes
+        # it points at are synced (DESIGN §6b crash order), while claims and completions go on
+        self._append_fence = threading.Lock()
         self._closed = False
         # claimed key -> its index value in vlog (a pointer's bytes are released when it
         # completes; an inline value is skipped), None in the inline layout
@@ -197,7 +201,7 @@ class RocksTimerStore(KeyedRocksOps):
             records = list(records)
         if not records:
             return []
-        with self._lock:
+        with self._append_fence, self._lock:
             self._check_open()
             raw_keys, values, key_dues, handles = encode_schedule(
                 records, self._low_watermark_ms(), self.config.timer_compress_threshold)
@@ -380,18 +384,32 @@ class RocksTimerStore(KeyedRocksOps):
                 self.vlog.drop_caches()
 
     def sync(self) -> None:
-        """Make every write so far survive power loss (async mode's periodic flush): the value
-        segments appended to, then the RocksDB WAL, so a synced index entry points at synced
-        bytes."""
+        """Make every write so far survive power loss (async mode's periodic flush)."""
+        self.sync_values_then_wal()
+
+    def sync_values_then_wal(self) -> None:
+        """The value segments appended to, then the RocksDB WAL: every index entry the WAL
+        sync makes durable points at bytes already durable (DESIGN §6b crash order; the release
+        of empty segments syncs through here too). The bulk of the bytes is synced while sends
+        go on; then sends wait (``_append_fence``) while what they appended meanwhile and the
+        WAL are synced, so no entry written after the first round reaches the synced WAL ahead
+        of its bytes. Claims and completions go on throughout: they append no value bytes."""
+        self._sync_dirty()  # outside the locks: sends go on meanwhile
+        with self._sync_lock:  # RocksDB orders the WAL's sync with writes; close waits for it
+            if self._closed:
+                return
+            with self._append_fence:
+                self._sync_dirty()
+                self._db.flush_wal(True)
+
+    def _sync_dirty(self) -> None:
+        """fdatasync the segments appended to so far, and those the background sync holds."""
         with self._lock:
             self._check_open()
             dirty = self.vlog.take_dirty() if self.vlog is not None else []
         if self._syncer is not None:  # and what the background sync has not done yet
             dirty += self._syncer.take()
-        sync_segments(dirty)  # outside the lock: sends go on meanwhile
-        with self._sync_lock:  # and during the WAL's sync too (RocksDB orders it with writes)
-            if not self._closed:
-                self._db.flush_wal(True)
+        sync_segments(dirty)
 
     def flush(self) -> None:
         with self._lock:

@@ -14,7 +14,7 @@ import logging
 
 from rocks_timer.errors import CorruptRecordError
 from rocks_timer.message import WHEEL_TIMER_TOPIC
-from rocks_timer.timer.wheel.layouts import Checkpoint
+from rocks_timer.timer.wheel.layouts import LONG_MAX, Checkpoint
 from rocks_timer.timer.wheel.state import WheelState
 from rocks_timer.timer.wheel.timerlog import TimerLog
 from rocks_timer.timer.wheel.timerwheel import IGNORE, TimerWheel
@@ -47,9 +47,14 @@ def recover(state: WheelState, wheel: TimerWheel, timerlog: TimerLog, message_st
     end = timerlog.scan_end
     truncated = timerlog.truncate(end)
     cleared = 0
-    if truncated:
-        log.warning("wheel recovery: truncated %d torn bytes of the timerlog at %d", truncated, end)
-        min_first = wheel.check_phy_pos(read_time, end - 1)
+    # slots pointing at or past the end: their units were torn off here, or, after a power
+    # cut, the wheel's pages (written back on the kernel's schedule) outlived TimerLog bytes
+    # that were never synced; left alone, new units would chain onto positions reused by others
+    min_first = wheel.check_phy_pos(read_time, end - 1)
+    if truncated or min_first != LONG_MAX:
+        if truncated:
+            log.warning("wheel recovery: truncated %d torn bytes of the timerlog at %d",
+                        truncated, end)
         if min_first < end:
             for pos, unit in timerlog.scan_units(min_first):
                 if unit.slot_ms >= read_time:

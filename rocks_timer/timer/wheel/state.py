@@ -82,6 +82,10 @@ class WheelState:
     replay_end: int = 0
     rewind_floor_ms: int = -1  # after a TimerLog loss: entries due before this were delivered
     timing: dict[str, int] = field(default_factory=dict)
+    # timing changes made by completions in slots at or after read_time: a replay from the
+    # checkpoint (which stores read_time) delivers those slots again and makes them again, so
+    # the counts saved beside the checkpoint leave them out (``timing_at_read_time``)
+    slot_deltas: dict[int, dict[str, int]] = field(default_factory=dict)
     marker_watch: dict[int, bool | None] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("enqueued", "markers", "roll_parks", "rolls", "expired", "expired_markers", "deleted",
@@ -94,6 +98,22 @@ class WheelState:
     def add_timing(self, topic: str | None, delta: int) -> None:
         if topic:
             self.timing[topic] = self.timing.get(topic, 0) + delta
+
+    def add_completed(self, slot_ms: int, topic: str | None, delta: int) -> None:
+        """A completion in slot ``slot_ms`` changes the count of ``topic`` by ``delta``."""
+        if topic:
+            self.add_timing(topic, delta)
+            deltas = self.slot_deltas.setdefault(slot_ms, {})
+            deltas[topic] = deltas.get(topic, 0) + delta
+
+    def timing_at_read_time(self) -> dict[str, int]:
+        """The per-topic counts as a restart from ``read_time_ms`` sees them: without what
+        completions in the slots it will read again did."""
+        out = dict(self.timing)
+        for deltas in self.slot_deltas.values():
+            for topic, delta in deltas.items():
+                out[topic] = out.get(topic, 0) - delta
+        return {t: c for t, c in out.items() if c}
 
     def conservative_queue_offset(self) -> int:
         """Queue offset safe to restart from: no expired message still in memory below it."""
@@ -110,3 +130,5 @@ class WheelState:
                 break
         front = next(iter(self.progress)) if self.progress else self.claim_time_ms
         self.read_time_ms = max(self.read_time_ms, min(front, self.claim_time_ms))
+        for t_ms in [t for t in self.slot_deltas if t < self.read_time_ms]:
+            del self.slot_deltas[t_ms]  # never read again: its completions are for good
