@@ -475,6 +475,7 @@ class RdictProxy:
         result = self._db.flush_wal(sync)
         if before is not None:
             self._disk.wal_synced(before)
+            self._disk._event("wal-synced", self._path)  # a cut here: just after the sync
         return result
 
 

@@ -69,6 +69,8 @@ class EnqueueService:
                 st.replay_skip.clear()
             elif entry.commitlog_offset in st.replay_skip:
                 st.counters["replay_skipped"] += 1  # its unit survived the crash
+                if entry.queue_offset >= st.counted_below:
+                    self._count_surviving(entry)
                 return
         try:
             msg = self.message_store.get_message(entry.commitlog_offset, entry.size)
@@ -121,6 +123,16 @@ class EnqueueService:
         st.counters["enqueued"] += 1
         if is_marker:
             self._watch(entry.commitlog_offset, True)
+
+    def _count_surviving(self, entry) -> None:
+        """A unit written after the checkpoint survived (its TimerLog bytes were synced, the
+        checkpoint was not): the counts loaded with the checkpoint do not include it."""
+        try:
+            msg = self.message_store.get_message(entry.commitlog_offset, entry.size)
+        except (KeyError, CorruptRecordError):
+            return  # its dequeue reports it
+        marker = TIMER_DEL_UNIQKEY in msg.properties
+        self.state.add_timing(msg.properties.get(REAL_TOPIC), -1 if marker else 1)
 
     def _watch(self, commitlog_offset: int, landed: bool) -> None:
         if commitlog_offset in self.state.marker_watch:

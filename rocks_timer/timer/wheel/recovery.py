@@ -84,6 +84,7 @@ def recover(state: WheelState, wheel: TimerWheel, timerlog: TimerLog, message_st
     state.read_time_ms = state.claim_time_ms = state.write_time_ms = read_time
     state.queue_offset = queue_offset
     state.replay_end = max(last_unit_offset or 0, checkpoint.master_queue_offset)
+    state.counted_below = checkpoint.master_queue_offset if existed else 0
     state.replay_skip = skip if queue_offset < state.replay_end else set()
     lost = _lost_units(timerlog, checkpoint, existed, end)
     if existed and wheel.created and checkpoint.flush_pos > 0:

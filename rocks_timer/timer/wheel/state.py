@@ -80,6 +80,9 @@ class WheelState:
     expired_outstanding: set[int] = field(default_factory=set)
     replay_skip: set[int] = field(default_factory=set)  # commitlog offsets already in the log
     replay_end: int = 0
+    # queue entries below this were counted in ``timing`` as loaded (the checkpoint's master
+    # queue offset): a replayed entry at or above it whose unit survived is counted on replay
+    counted_below: int = 0
     rewind_floor_ms: int = -1  # after a TimerLog loss: entries due before this were delivered
     timing: dict[str, int] = field(default_factory=dict)
     # timing changes made by completions in slots at or after read_time: a replay from the
