@@ -1,4 +1,5 @@
-"""A test-only model of what a power cut keeps of a data dir: the strict POSIX model.
+"""A model of what a power cut keeps of a data dir: the strict POSIX model (used by
+``bench.power_cut`` and tests/test_power_cut.py; never by the broker itself).
 
 The model is the one RocksDB's own fault-injection tests use (``FaultInjectionTestFS``):
 
@@ -43,7 +44,6 @@ from __future__ import annotations
 import builtins
 import io
 import os
-import shutil
 import stat
 import threading
 from dataclasses import dataclass, field
@@ -136,16 +136,30 @@ class StrictDisk:
         self._top = top
 
     # -- set-up ---------------------------------------------------------------------------------
-    def install(self, monkeypatch) -> "StrictDisk":
+    def install(self) -> "StrictDisk":
+        """Wrap the calls (until :meth:`uninstall`; also a context manager)."""
         import rocks_timer.fileio as fileio
         from rocks_timer.timer.rocksdb import opening
-        monkeypatch.setattr(fileio, "_native_pwrite_all", None)  # its writes go through os.pwrite
+        self._saved = [(fileio, "_native_pwrite_all"), (builtins, "open"), (io, "open"),
+                       (opening, "Rdict")] + [(os, name) for name in _real]
+        self._saved = [(owner, name, getattr(owner, name)) for owner, name in self._saved]
+        fileio._native_pwrite_all = None  # its writes go through os.pwrite, seen here
         for name in _real:
-            monkeypatch.setattr(os, name, getattr(self, f"_{name}"))
-        monkeypatch.setattr(builtins, "open", self._file_open)
-        monkeypatch.setattr(io, "open", self._file_open)
-        monkeypatch.setattr(opening, "Rdict", _rdict_factory(opening.Rdict, self))
+            setattr(os, name, getattr(self, f"_{name}"))
+        builtins.open = io.open = self._file_open
+        opening.Rdict = _rdict_factory(opening.Rdict, self)
         return self
+
+    def uninstall(self) -> None:
+        for owner, name, value in reversed(getattr(self, "_saved", [])):
+            setattr(owner, name, value)
+        self._saved = []
+
+    def __enter__(self) -> "StrictDisk":
+        return self.install()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.uninstall()
 
     def cut_at(self, label: str, match: Callable[[Event], bool], occurrence: int = 0,
                delay: int = 0) -> None:
@@ -501,4 +515,4 @@ def _copy_sparse(source: Path, target: Path) -> None:
         out.truncate()
 
 
-__all__ = ["StrictDisk", "Event", "TakenCut", "RdictProxy", "shutil"]
+__all__ = ["StrictDisk", "Event", "TakenCut", "RdictProxy"]
