@@ -50,6 +50,7 @@ def recover(state: WheelState, wheel: TimerWheel, timerlog: TimerLog, message_st
     # slots pointing at or past the end: their units were torn off here, or, after a power
     # cut, the wheel's pages (written back on the kernel's schedule) outlived TimerLog bytes
     # that were never synced; left alone, new units would chain onto positions reused by others
+    # (RocketMQ's recover runs checkPhyPos every time too)
     min_first = wheel.check_phy_pos(read_time, end - 1)
     if truncated or min_first != LONG_MAX:
         if truncated:
