@@ -133,6 +133,8 @@ def _aim(disk: StrictDisk, engine: str, mode: str) -> None:
         return
     disk.cut_at("RocksDB WAL sync", lambda e: e.op in ("sync-write", "flush_wal"),
                 40 if mode == "sync" else 6)
+    for n in (0, 1):
+        disk.cut_at(f"memtable flush {n}", lambda e: e.op == "memtable-flushed", n)
     if engine == "rocksdb":
         for n, delay in ((0, 3), (1, 6), (3, 2)):
             disk.cut_at(f"value segment roll {n}", created(r"\.vlog$"), n, delay)
@@ -207,6 +209,9 @@ def run_cuts(tmp_path: Path, engine: str, mode: str, spread_every: int | None = 
                 disk.phase = "relocate"
                 broker.timer.relocate(clock.now_ms())
                 disk.phase = None
+            if round_no % 20 == 13 and engine.startswith("rocksdb"):
+                broker.timer.flush()  # memtables to SSTs: durable like a synced WAL
+                disk.mark("memtable-flushed")
         broker.timer.wait_for_maintenance() if engine.startswith("rocksdb") else None
     return disk, config
 

@@ -165,6 +165,10 @@ class StrictDisk:
                delay: int = 0) -> None:
         self._points.append(CutPoint(label, match, occurrence, delay))
 
+    def mark(self, op: str, path: str | None = None) -> None:
+        """An event of the caller's own (a cut point after something Python cannot see)."""
+        self._event(op, path)
+
     @property
     def points_missed(self) -> list[str]:
         return [p.label for p in self._points if not p.taken]

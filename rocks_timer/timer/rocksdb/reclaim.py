@@ -33,6 +33,7 @@ from rocksdict import ReadOptions, WriteBatch
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb.maint import in_background, running
+from rocks_timer.timer.rocksdb.opening import META_CF
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb.segments import iter_records
 from rocks_timer.timer.rocksdb.liveness import ARRIVAL, Changes, Segment, day_of, durable_rows
@@ -66,10 +67,10 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
             dirty = vlog.take_dirty()
         vlog.seal(now_ms)
         appended = vlog.counters[K.META_VLOG_COUNTERS[0]]
-        flush_meta = appended - store._meta_flushed_at >= META_FLUSH_EVERY
+        flush_meta = appended - store._meta_flushed_at >= META_FLUSH_EVERY \
+            and not running(store._meta_flusher)
         if flush_meta:
             store._meta_flushed_at = appended
-            store._meta.flush(False)
         if config.vlog_prefetch_ms:
             hints = _due_soon(store, now_ms, now_ms + config.vlog_prefetch_ms)
         empty = vlog.releasable()
@@ -77,9 +78,16 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
         store._syncer.request(dirty)
     if hints:
         vlog.will_need(hints)
+    if flush_meta:  # after the value bytes its liveness rows count (a background sync first)
+        in_background(store, "_meta_flusher", "vlog-meta-flush", "flushing meta",
+                      _flush_meta)
     if empty:
         _maybe_start_release(store)
     _maybe_start_relocation(store, now_ms)
+
+
+def _flush_meta(store: "RocksTimerStore") -> None:
+    store.flush_after_values((META_CF,), wait=False)
 
 
 def _due_soon(store: "RocksTimerStore", now_ms: int, horizon_ms: int) -> list[I.Pointer]:

@@ -113,6 +113,7 @@ class RocksTimerStore(KeyedRocksOps):
             self.vlog = ValueLog(path / "vlog", config, self._meta, self._meta_h)
         self._relocator: threading.Thread | None = None
         self._releaser: threading.Thread | None = None
+        self._meta_flusher: threading.Thread | None = None
         self._last_sync_ms = 0
         self._syncer = BackgroundSync(f"vlog-sync {path.name}") if self.layout == "vlog" else None
         self._prefetched_to = b""
@@ -138,7 +139,7 @@ class RocksTimerStore(KeyedRocksOps):
     def close(self) -> None:
         """Flush and release the DB (idempotent). Handles are dropped first: a live column
         family handle or iterator would keep the RocksDB LOCK held after close."""
-        for thread in (self._relocator, self._releaser):
+        for thread in (self._relocator, self._releaser, self._meta_flusher):
             if thread is not None:
                 thread.join()
         if self._syncer is not None:
@@ -356,7 +357,7 @@ class RocksTimerStore(KeyedRocksOps):
         """Wait for a background reclaim started by ``maintain`` (tests, benchmarks)."""
         if self._reclaimer is not None:
             self._reclaimer.join(timeout_s)
-        for thread in (self._relocator, self._releaser):
+        for thread in (self._relocator, self._releaser, self._meta_flusher):
             if thread is not None:
                 thread.join(timeout_s)
 
@@ -412,10 +413,23 @@ class RocksTimerStore(KeyedRocksOps):
         sync_segments(dirty)
 
     def flush(self) -> None:
-        with self._lock:
-            self._check_open()
-            for family in (self._timer, self._meta, self._corrupt):
-                family.flush(True)
+        """Flush every column family's memtable to an SST (after the value bytes, below)."""
+        self.flush_after_values((TIMER_CF, META_CF, CORRUPT_CF), wait=True)
+
+    def flush_after_values(self, families: Sequence[str], wait: bool) -> None:
+        """Flush the memtables of ``families`` once the value bytes their entries point at are
+        durable: a flushed memtable is durable like a synced WAL, so it keeps the same order
+        (``sync_values_then_wal``; the liveness rows' ``end`` in ``meta`` included)."""
+        self._sync_dirty()
+        with self._sync_lock:
+            if self._closed:
+                return
+            with self._append_fence:
+                self._sync_dirty()
+                with self._lock:
+                    self._check_open()
+                    for name in families:
+                        self._db.get_column_family(name).flush(wait)
 
     def wait_for_compactions(self, quiet_ms: int = 500, timeout_ms: int = 120_000) -> bool:
         return rocks_maint.wait_for_compactions(self, quiet_ms, timeout_ms)
