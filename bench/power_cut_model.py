@@ -165,6 +165,9 @@ class StrictDisk:
                delay: int = 0) -> None:
         self._points.append(CutPoint(label, match, occurrence, delay))
 
+    def watches(self, path: Any) -> bool:
+        return self._scoped(path) is not None
+
     def mark(self, op: str, path: str | None = None) -> None:
         """An event of the caller's own (a cut point after something Python cannot see)."""
         self._event(op, path)
@@ -472,7 +475,7 @@ class RdictProxy:
 
     def __init__(self, db: Any, disk: StrictDisk, path: str):
         self._db, self._disk, self._path = db, disk, path
-        self._watched = disk._scoped(path) is not None
+        self._watched = disk.watches(path)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._db, name)
@@ -480,7 +483,7 @@ class RdictProxy:
     def write(self, batch: Any, options: Any = None) -> Any:
         if options is None or not options.sync or not self._watched:
             return self._db.write(batch) if options is None else self._db.write(batch, options)
-        self._disk._event("sync-write", self._path)
+        self._disk.mark("sync-write", self._path)
         result = self._db.write(batch, options)  # under the store's lock: no other writer
         self._disk.wal_synced(self._disk.wal_sync_requested(self._path))
         return result
@@ -489,11 +492,11 @@ class RdictProxy:
         seen = sync and self._watched
         before = self._disk.wal_sync_requested(self._path) if seen else None
         if seen:
-            self._disk._event("flush_wal", self._path)
+            self._disk.mark("flush_wal", self._path)
         result = self._db.flush_wal(sync)
         if before is not None:
             self._disk.wal_synced(before)
-            self._disk._event("wal-synced", self._path)  # a cut here: just after the sync
+            self._disk.mark("wal-synced", self._path)  # a cut here: just after the sync
         return result
 
 

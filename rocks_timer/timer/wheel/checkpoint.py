@@ -11,23 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from rocks_timer.errors import ConfigError, CorruptRecordError
-from rocks_timer.fileio import fsync_dir, mkdir_durably
-from rocks_timer.private import FILE_MODE
+from rocks_timer.fileio import mkdir_durably, replace_durably
 from rocks_timer.timer.wheel.layouts import Checkpoint
 
 
 def write_atomically(path: Path, data: bytes) -> int:
     """Replace ``path`` with ``data`` (temp file, fsync, rename, fsync dir); returns len(data)."""
     mkdir_durably(path.parent)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    replace_durably(path, data)
     return len(data)
 
 
