@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from rocks_timer.errors import CorruptRecordError
-from rocks_timer.message import WHEEL_TIMER_TOPIC
+from rocks_timer.message import TIMER_DEL_UNIQKEY, WHEEL_TIMER_TOPIC
 from rocks_timer.timer.wheel.layouts import LONG_MAX, Checkpoint
 from rocks_timer.timer.wheel.state import WheelState
 from rocks_timer.timer.wheel.timerlog import TimerLog
@@ -101,12 +101,38 @@ def recover(state: WheelState, wheel: TimerWheel, timerlog: TimerLog, message_st
         state.queue_offset = queue_offset = cq.min_offset
         state.replay_end = cq.max_offset
         state.rewind_floor_ms = checkpoint.read_time_ms if existed else -1
+        state.replay_deleted = _delete_keys(message_store, cq)
+        # the counts loaded with the checkpoint cover units that are gone: count again, from
+        # zero, everything the replay parks or finds surviving (``EnqueueService._recounting``)
+        state.timing = {}
+        state.counted_below = cq.min_offset
     return {"pos0": pos0, "scanned_units": scanned, "revised_slots": revised,
             "truncated_bytes": truncated, "cleared_slots": cleared,
             "corrupt_units": timerlog.corrupt_units, "lost": lost,
             "queue_offset": queue_offset, "read_time_ms": read_time,
             "last_unit_queue_offset": last_unit_offset if last_unit_offset is not None else -1,
             "checkpoint_existed": existed}
+
+
+def _delete_keys(message_store, cq) -> set[str]:
+    """The delete keys of the cancel markers in the timer topic (a scan of the whole queue, on
+    the loss path only): replayed targets are matched against them at enqueue."""
+    keys: set[str] = set()
+    offset = cq.min_offset
+    while offset < cq.max_offset:
+        entries = cq.entries(offset, 1024)
+        if not entries:
+            break
+        for entry in entries:
+            try:
+                msg = message_store.get_message(entry.commitlog_offset, entry.size)
+            except (KeyError, CorruptRecordError):
+                continue
+            key = msg.properties.get(TIMER_DEL_UNIQKEY)
+            if key:
+                keys.add(key)
+        offset = entries[-1].queue_offset + 1
+    return keys
 
 
 def _lost_units(timerlog: TimerLog, checkpoint: Checkpoint, existed: bool, end: int

@@ -83,6 +83,9 @@ class WheelState:
     # queue entries below this were counted in ``timing`` as loaded (the checkpoint's master
     # queue offset): a replayed entry at or above it whose unit survived is counted on replay
     counted_below: int = 0
+    # after a TimerLog loss, the delete keys of every cancel marker in the replayed range: a
+    # target replayed already due goes straight to delivery, where its marker cannot reach it
+    replay_deleted: set[str] = field(default_factory=set)
     rewind_floor_ms: int = -1  # after a TimerLog loss: entries due before this were delivered
     timing: dict[str, int] = field(default_factory=dict)
     # timing changes made by completions in slots at or after read_time: a replay from the
@@ -93,7 +96,7 @@ class WheelState:
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("enqueued", "markers", "roll_parks", "rolls", "expired", "expired_markers", "deleted",
          "unreadable", "bad_timer_out", "replay_skipped", "cq_skipped", "broken_links",
-         "delivered", "rewind_skipped"), 0))
+         "delivered", "rewind_skipped", "replay_cancelled"), 0))
 
     def floor(self, t_ms: int) -> int:
         return t_ms - t_ms % self.precision_ms
