@@ -44,7 +44,9 @@ def create_durably(path, flags: int = os.O_RDWR, mode: int = 0o600) -> int:
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
     except FileExistsError:
-        return os.open(path, flags)
+        fd = -1
+    if fd < 0:  # opened outside the handler: an error here carries no context (whose frames
+        return os.open(path, flags)  # would keep a failed open's RocksDB handles alive)
     try:
         fsync_dir(os.path.dirname(os.path.abspath(path)))
     except BaseException:
