@@ -57,6 +57,7 @@ class MessageStore:
         self.corrupt_reads = 0
         self.groups_written = 0
         self.messages_written = 0
+        self.messages_read = 0  # by pulls (pull_page, Broker.pull_batch)
         self._recover()
         self._next_queue_offset = {(q.topic, q.queue_id): q.max_offset for q in self.queues.all()}
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -304,8 +305,11 @@ class MessageStore:
         for i, code in problems:
             if code == CORRUPT:
                 self._report_corrupt(topic, queue_id, first + i, *entry_at(entries, i), what)
-        return PulledBatch(topic, queue_id, first, first + len(entries) // ENTRY_SIZE, blob,
-                           index)
+        batch = PulledBatch(topic, queue_id, first, first + len(entries) // ENTRY_SIZE, blob,
+                            index)
+        if what == "pull":  # pops are counted by the pop service (metrics add the two)
+            self.messages_read += len(batch)
+        return batch
 
     def _report_corrupt(self, topic: str, queue_id: int, queue_offset: int,
                         commitlog_offset: int, size: int, what: str) -> None:
@@ -355,6 +359,7 @@ class MessageStore:
                 "consumequeue_bytes": self.queues.bytes_written,
                 "bytes_by_topic": self.bytes_written_by_topic(),
                 "messages_written": self.messages_written, "groups_written": self.groups_written,
+                "messages_read": self.messages_read,
                 "corrupt_reads": self.corrupt_reads,
                 "truncated_bytes": self.commitlog.truncated_bytes,
                 "corrupt_regions": [d.describe() for d in self.commitlog.damage[:20]],
