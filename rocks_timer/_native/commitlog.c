@@ -402,6 +402,23 @@ PyObject *prepare_batch(PyObject *self, PyObject *args) {
 
 /* pwrite_all(fd, data, offset, slice): write all of ``data`` at ``offset`` in writes of at most
  * ``slice`` bytes, with the GIL released once for the whole loop (see rocks_timer/fileio.py). */
+#define KEEP_GIL_MAX 16384
+
+static int write_loop(int fd, const char *p, Py_ssize_t left, Py_ssize_t slice,
+                      long long offset) {
+    while (left > 0) {
+        ssize_t n = pwrite(fd, p, left < slice ? left : slice, (off_t)offset);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        p += n;
+        offset += n;
+        left -= n;
+    }
+    return 0;
+}
+
 PyObject *pwrite_all(PyObject *self, PyObject *args) {
     int fd;
     Py_buffer view;
@@ -416,19 +433,16 @@ PyObject *pwrite_all(PyObject *self, PyObject *args) {
     const char *p = view.buf;
     Py_ssize_t left = view.len;
     int err = 0;
-    Py_BEGIN_ALLOW_THREADS
-    while (left > 0) {
-        ssize_t n = pwrite(fd, p, left < slice ? left : slice, (off_t)offset);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            err = errno;
-            break;
-        }
-        p += n;
-        offset += n;
-        left -= n;
+    if (left <= KEEP_GIL_MAX) {
+        /* a small write into the page cache takes a few microseconds: releasing the GIL for it
+         * wakes every thread waiting for the GIL (the deliverer's, the CommitLog writer's),
+         * which then find it taken again; one send's value record paid that wake-up */
+        err = write_loop(fd, p, left, slice, offset);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        err = write_loop(fd, p, left, slice, offset);
+        Py_END_ALLOW_THREADS
     }
-    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (err) {
         errno = err;
