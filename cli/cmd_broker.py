@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from cli import grpc_front, render
+from cli import grpc_front, remoting_front, render
 from cli.durations import InputError, parse_time_ms
 from cli.session import Settings, call
 from cli.remote import BrokerSocketServer, socket_path
@@ -20,15 +20,30 @@ from cli.remote import BrokerSocketServer, socket_path
               help="Serve the RocketMQ 5 gRPC protocol (the official clients) here; port 0 "
                    "picks a free port; 'off' disables it. Default 127.0.0.1:8081 (skipped "
                    "with a warning if that port is taken).")
+@click.option("--remoting-listen", metavar="HOST:PORT|off", default=None,
+              help="Serve RocketMQ's 4.x remoting protocol (NameServer and broker on one "
+                   "port: set a 4.x client's namesrvAddr to it); port 0 picks a free port; "
+                   "'off' disables it. Default 127.0.0.1:9876 (skipped with a warning if "
+                   "that port is taken).")
+@click.option("--namesrv-addr", metavar="HOST:PORT[;HOST:PORT]", default=None,
+              help="Register this broker with these RocketMQ NameServers (every 30 s, and "
+                   "unregister on stop), so several brokers serve one topic.")
+@click.option("--broker-name", default=None,
+              help="The broker name routes and NameServers show (default rtimer-<port>); "
+                   "give each broker behind one NameServer its own.")
 @click.pass_obj
-def run(settings: Settings, grpc_listen: str | None) -> None:
+def run(settings: Settings, grpc_listen: str | None, remoting_listen: str | None,
+        namesrv_addr: str | None, broker_name: str | None) -> None:
     """Run the broker in the foreground until SIGTERM or Ctrl-C.
 
     Delivers timer and level messages as they come due, answers the other rtimer
-    commands over <data-dir>/rtimer.sock (mode 0600, removed on stop), and serves
-    RocketMQ 5 clients over gRPC (--grpc-listen).
+    commands over <data-dir>/rtimer.sock (mode 0600, removed on stop), serves
+    RocketMQ 5 clients over gRPC (--grpc-listen) and RocketMQ 4.x clients over
+    remoting (--remoting-listen).
 
     Example: rtimer --data-dir ./data run --grpc-listen 127.0.0.1:8081
+
+    Example: rtimer --data-dir ./b1 run --remoting-listen 127.0.0.1:10911 --namesrv-addr 127.0.0.1:9876 --broker-name b1
     """
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
@@ -41,11 +56,16 @@ def run(settings: Settings, grpc_listen: str | None) -> None:
                            f"{broker.timer.name}, pid {os.getpid()}); socket "
                            f"{socket_path(settings.data_dir)}; Ctrl-C or SIGTERM stops it")
                 front = grpc_front.start(broker, grpc_listen)
+                remoting = None
                 try:
+                    remoting = remoting_front.start(broker, remoting_listen, namesrv_addr,
+                                                    broker_name)
                     while not stop.wait(0.5):
                         pass
                     click.echo("rtimer: stopping")
                 finally:
+                    if remoting is not None:
+                        remoting.stop()
                     if front is not None:
                         front.stop()
             stats = broker.stats()
