@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 import re
 
-from rocks_timer.message import DELAY, TIMER_PROPERTIES, UNIQ_KEY, Message, decode_properties
+from rocks_timer.message import (DELAY, TIMER_PROPERTIES, UNIQ_KEY, Message, decode_properties,
+                                 new_msg_id)
 from rocks_timer.remoting.codes import Response
 from rocks_timer.remoting.command import RemotingCommand
 from rocks_timer.remoting.headers import Header, HeaderError
@@ -88,7 +89,9 @@ class ProducerHandlers:
         props = dict(props)
         props.pop("WAIT", None)
         client_key = props.get(UNIQ_KEY)
-        if client_key is not None and not _MSG_ID.match(client_key):
+        if client_key is None:  # every client sets one; the dedup needs one
+            props[UNIQ_KEY] = new_msg_id()
+        elif not _MSG_ID.match(client_key):
             # rtimer's ids are 32 hex digits (16 bytes); a Java client on a host without an
             # IPv4 address makes 56. Keep the client's id for its consumers and store under a
             # 32-digit id derived from it (the same for a retry of the send).

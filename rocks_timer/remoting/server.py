@@ -64,13 +64,15 @@ class RemotingFront:
     """Serves the remoting protocol for ``broker`` on ``host:port``."""
 
     def __init__(self, broker, host: str, port: int, *, broker_name: str | None = None,
-                 namesrv: list[tuple[str, int]] | None = None, workers: int = 8):
+                 namesrv: list[tuple[str, int]] | None = None, workers: int = 8,
+                 max_in_flight: int = MAX_IN_FLIGHT):
         self.broker = broker
         self.host = host
         self.port = port
         self.broker_name = broker_name
         self.namesrv = namesrv or []
         self.workers = workers
+        self.max_in_flight = max_in_flight
         self.service: RemotingService | None = None
         self.registrar: NameServerRegistrar | None = None
         self.rejected_connections = 0
@@ -80,6 +82,7 @@ class RemotingFront:
         self._stop: asyncio.Event | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
+        self._handlers: set[asyncio.Task] = set()  # one per open connection
 
     @property
     def address(self) -> str:
@@ -137,6 +140,8 @@ class RemotingFront:
                 server.close()
                 for conn in list(service.connections):
                     conn.close()
+                if self._handlers:  # closed connections end their readers: wait for them
+                    await asyncio.wait(list(self._handlers), timeout=5)
                 chores.cancel()
                 await service.flush_offsets()
 
@@ -163,6 +168,8 @@ class RemotingFront:
             return
         conn = Connection(writer)
         service.connections.add(conn)
+        me = asyncio.current_task()
+        self._handlers.add(me)
         tasks: set[asyncio.Task] = set()
         try:
             while True:
@@ -172,9 +179,9 @@ class RemotingFront:
                 cmd = wire.decode(int.from_bytes(prefix[4:], "big"), rest)
                 if cmd.is_response:
                     continue  # clients answer nothing we wait for (our requests are oneway)
-                if conn.in_flight >= MAX_IN_FLIGHT:
+                if conn.in_flight >= self.max_in_flight:
                     conn.send(cmd.response(Response.SYSTEM_BUSY, remark="too many requests in "
-                                           f"progress on this connection ({MAX_IN_FLIGHT})"))
+                                           f"progress on this connection ({self.max_in_flight})"))
                     continue
                 conn.in_flight += 1
                 task = asyncio.create_task(self._answer(conn, cmd))
@@ -186,6 +193,7 @@ class RemotingFront:
         except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, OSError):
             pass
         finally:
+            self._handlers.discard(me)
             service.connection_closed(conn)
             conn.close()
 
