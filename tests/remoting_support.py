@@ -212,3 +212,35 @@ class JavaClient(LineClient):
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def need_python4() -> None:
+    need(PY4.exists() and (ROOT / ".venv-rocketmq4" / ".installed").exists(),
+         "PyPI rocketmq 0.4.4 (.venv-rocketmq4)")
+
+
+class Python4Client(LineClient):
+    """tests/fronts/python4/client.py on the unmodified PyPI ``rocketmq`` 0.4.4 client."""
+
+    HOME = Path(tempfile.mkdtemp(prefix="rtimer-rocketmq4-home-"))  # the core logs under HOME
+
+    def __init__(self, *args: str):
+        super().__init__([str(PY4), str(ROOT / "tests" / "fronts" / "python4" / "client.py"),
+                          *args], env=dict(os.environ, HOME=str(self.HOME)))
+        self.next("ready", 60)
+
+    @classmethod
+    def producer(cls, namesrv: str, group: str = "rtimer-test-producer") -> "Python4Client":
+        return cls("send", namesrv, group)
+
+    @classmethod
+    def consumer(cls, namesrv: str, group: str, topic: str, expression: str = "*"
+                 ) -> "Python4Client":
+        return cls("consume", namesrv, group, topic, expression)
+
+    def send(self, doc: dict, timeout_s: float = 30.0) -> dict:
+        self.write(doc)
+        return self.next("sent", timeout_s)
+
+
+CLIENTS = {"java": (need_java, JavaClient), "python4": (need_python4, Python4Client)}

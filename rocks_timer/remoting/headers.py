@@ -73,7 +73,8 @@ class Header:
 
     def flag(self, name: str, default: bool = False) -> bool:
         value = self.ext.get(name)
-        return default if value is None else value.strip().lower() == "true"
+        # Java writes true/false, the C++ client 1/0
+        return default if value is None else value.strip().lower() in ("true", "1")
 
 
 def check_name(value: str, what: str) -> str:
