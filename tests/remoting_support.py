@@ -141,6 +141,7 @@ class LineClient:
 
     def next(self, event: str, timeout_s: float) -> dict:
         deadline = time.monotonic() + timeout_s
+        held: list[dict] = []
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -150,10 +151,11 @@ class LineClient:
                 got = self.events.get(timeout=left)
             except queue.Empty:
                 continue
-            if got.get("event") == event:
+            if got.get("event") == event or (got.get("event") == "error" and event == "sent"):
+                for early in held:  # events that came first stay for collect()
+                    self.events.put(early)
                 return got
-            if got.get("event") == "error" and event == "sent":
-                return got
+            held.append(got)
 
     def collect(self, event: str, until, timeout_s: float) -> list[dict]:
         """Events of kind ``event`` until ``until(events)`` holds or the time is up."""
@@ -186,6 +188,8 @@ class LineClient:
 
 class JavaClient(LineClient):
     """``rtimer.RemotingClient`` (tests/fronts/java) on the unmodified Java 4.9.8 client."""
+
+    BATCH = True
 
     LOG_ROOT = Path(tempfile.mkdtemp(prefix="rtimer-java-logs-"))
 
@@ -223,6 +227,7 @@ class Python4Client(LineClient):
     """tests/fronts/python4/client.py on the unmodified PyPI ``rocketmq`` 0.4.4 client."""
 
     HOME = Path(tempfile.mkdtemp(prefix="rtimer-rocketmq4-home-"))  # the core logs under HOME
+    BATCH = True
 
     def __init__(self, *args: str):
         super().__init__([str(PY4), str(ROOT / "tests" / "fronts" / "python4" / "client.py"),
@@ -243,4 +248,33 @@ class Python4Client(LineClient):
         return self.next("sent", timeout_s)
 
 
-CLIENTS = {"java": (need_java, JavaClient), "python4": (need_python4, Python4Client)}
+def need_js() -> None:
+    need(shutil.which("node") is not None and (JS_DIR / "node_modules" / ".installed").exists(),
+         "npm ali-ons (tests/fronts/js)")
+
+
+class NodeClient(LineClient):
+    """tests/fronts/js/client.js on the unmodified npm ``ali-ons`` client (no batch sends)."""
+
+    BATCH = False
+
+    def __init__(self, *args: str):
+        super().__init__(["node", str(JS_DIR / "client.js"), *args], cwd=JS_DIR)
+        self.next("ready", 60)
+
+    @classmethod
+    def producer(cls, namesrv: str, group: str = "rtimer-test-producer") -> "NodeClient":
+        return cls("send", namesrv, group)
+
+    @classmethod
+    def consumer(cls, namesrv: str, group: str, topic: str, expression: str = "*"
+                 ) -> "NodeClient":
+        return cls("consume", namesrv, group, topic, expression)
+
+    def send(self, doc: dict, timeout_s: float = 30.0) -> dict:
+        self.write(doc)
+        return self.next("sent", timeout_s)
+
+
+CLIENTS = {"java": (need_java, JavaClient), "python4": (need_python4, Python4Client),
+           "ali-ons": (need_js, NodeClient)}

@@ -55,10 +55,12 @@ def test_send_and_push_consume_with_levels_timer_and_batch(client, rtimer, tmp_p
         big = "B" * 9000  # over 4 KiB: the client compresses it
         assert producer.send({"topic": topic, "tag": "big", "keys": "kb", "body": big}
                              )["status"] == "SEND_OK"
-        batch = producer.send({"batch": [
-            {"topic": topic, "tag": "batch", "keys": "b1", "body": "batch-1"},
-            {"topic": topic, "tag": "batch", "keys": "b2", "body": "batch-2"}]})
-        assert batch["status"] == "SEND_OK", batch
+        batch = [{"topic": topic, "tag": "batch", "keys": "b1", "body": "batch-1"},
+                 {"topic": topic, "tag": "batch", "keys": "b2", "body": "batch-2"}]
+        if client.BATCH:
+            assert producer.send({"batch": batch})["status"] == "SEND_OK"
+        else:  # ali-ons has no batch send
+            assert all(producer.send(m)["status"] == "SEND_OK" for m in batch)
         for level in range(1, 19):
             reply = producer.send({"topic": topic, "tag": f"L{level}", "keys": f"level{level}",
                                    "body": f"level-{level}", "level": level})
