@@ -5,6 +5,8 @@ reconsumeTimes 1; committed offsets survive a consumer restart; kill -9 of rtime
 level and timer messages loses none (timer messages exactly once)."""
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 import uuid
 from collections import Counter
@@ -14,7 +16,7 @@ import pytest
 from rocks_timer import Broker
 from rocks_timer.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevelTable
 from rocks_timer.message import SCHEDULE_TOPIC
-from remoting_support import CLIENTS, RtimerProcess, now_ms
+from remoting_support import CLIENTS, PY4, ROOT, RtimerProcess, need_python4, now_ms
 
 LEVELS_MS = DelayLevelTable.parse(DEFAULT_DELAY_LEVELS).delays_ms
 LATE_MS = 1_500   # TIMER_DELIVER_MS: delivered within this of its due time
@@ -180,3 +182,25 @@ def test_kill9_with_pending_level_and_timer_messages_loses_none(client, tmp_path
     finally:
         consumer.close()
         second.stop()
+
+
+def test_the_readme_python_snippet_runs(tmp_path):
+    """README's "Use it from a RocketMQ 4.x client" Python block, as written, against rtimer."""
+    need_python4()
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("<!-- remoting-snippet:start -->", 1)[1].split(
+        "<!-- remoting-snippet:end -->")[0]
+    code = block.split("```python", 1)[1].split("```", 1)[0]
+    script = tmp_path / "snippet.py"
+    script.write_text(code)
+    proc = RtimerProcess(tmp_path / "data").start()
+    try:
+        done = subprocess.run([str(PY4), str(script)], capture_output=True, text=True,
+                              timeout=90, env=dict(os.environ, NAMESRV=proc.address,
+                                                   HOME=str(tmp_path)))
+    finally:
+        proc.stop()
+    assert done.returncode == 0, done.stderr
+    received = [line for line in done.stdout.splitlines() if line.startswith("received")]
+    assert received and "close order 42" in received[0] and "close order 43" in received[0], \
+        done.stdout
