@@ -28,7 +28,8 @@ peers:
 	  "not installing them (sudo apt-get install -y beanstalkd redis-server)"; fi
 
 # The unmodified RocketMQ 4.x clients the remoting front's tests drive (tests/fronts/):
-# the Java client 4.9.8 (Maven Central, into the Maven cache, compiled once), PyPI `rocketmq`
+# the Java client 4.9.8 (Maven Central, into the Maven cache, compiled once) with the real
+# NameServer for the cluster test (tests/fronts/namesrv), PyPI `rocketmq`
 # 0.4.4 (bundles the C++ core; a venv of its own, since its top-level package clashes with
 # rocketmq-python-client's) and npm `ali-ons` (from its lockfile). A missing tool is said and
 # skipped here; the tests then fail under CI=true and skip otherwise.
@@ -43,8 +44,11 @@ remoting-clients: java-remoting-client rocketmq4-venv js-remoting-client
 
 java-remoting-client: $(JAVA_CLIENT_CLASS)
 
-$(JAVA_CLIENT_CLASS): $(JAVA_CLIENT)/pom.xml $(JAVA_CLIENT)/src/main/java/rtimer/RemotingClient.java
+$(JAVA_CLIENT_CLASS): $(JAVA_CLIENT)/pom.xml $(JAVA_CLIENT)/src/main/java/rtimer/RemotingClient.java \
+		tests/fronts/namesrv/pom.xml
 	@if command -v mvn >/dev/null && command -v javac >/dev/null; then \
+	  (cd tests/fronts/namesrv && mvn -q -B dependency:build-classpath \
+	    -Dmdep.outputFile=target/classpath.txt) && \
 	  cd $(JAVA_CLIENT) && mvn -q -B dependency:build-classpath \
 	    -Dmdep.outputFile=target/classpath.txt && \
 	  javac --release 11 -d target/classes -cp "$$(cat target/classpath.txt)" \
@@ -73,4 +77,5 @@ demo: $(STAMP)
 	$(VENV)/bin/rtimer --data-dir demo-data demo
 
 clean:
-	rm -rf $(VENV) $(RMQ4_VENV) $(JAVA_CLIENT)/target $(JS_CLIENT)/node_modules demo-data rtimer-data .pytest_cache .hypothesis
+	rm -rf $(VENV) $(RMQ4_VENV) $(JAVA_CLIENT)/target tests/fronts/namesrv/target
+	rm -rf $(JS_CLIENT)/node_modules demo-data rtimer-data .pytest_cache .hypothesis

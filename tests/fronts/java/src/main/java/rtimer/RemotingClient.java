@@ -144,6 +144,58 @@ public final class RemotingClient {
         emit(Map.of("event", "stopped"));
     }
 
+    /**
+     * {@code bench NAMESRV TOPIC GROUP COUNT BODY_BYTES}: COUNT synchronous sends, one call at a
+     * time, then a push consumer of GROUP consumes them; prints one JSON line with both rates.
+     */
+    private static void bench(String namesrv, String topic, String group, int count, int bodyBytes)
+        throws Exception {
+        byte[] body = new byte[bodyBytes];
+        java.util.Arrays.fill(body, (byte) 'x');
+        DefaultMQProducer producer = new DefaultMQProducer(group + "-producer");
+        producer.setNamesrvAddr(namesrv);
+        producer.setSendMsgTimeout(15000);
+        producer.setVipChannelEnabled(false);
+        producer.start();
+        for (int i = 0; i < Math.min(100, count); i++) {  // warm-up: routes, connections, JIT
+            producer.send(new Message(topic + "-warmup", "w", body));
+        }
+        long sendStart = System.nanoTime();
+        for (int i = 0; i < count; i++) {
+            producer.send(new Message(topic, "bench", "k" + i, body));
+        }
+        double sendSeconds = (System.nanoTime() - sendStart) / 1e9;
+        producer.shutdown();
+        java.util.concurrent.CountDownLatch left = new java.util.concurrent.CountDownLatch(count);
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.setConsumeMessageBatchMaxSize(1);
+        consumer.subscribe(topic, "*");
+        consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+            for (MessageExt ignored : msgs) {
+                left.countDown();
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        long consumeStart = System.nanoTime();
+        consumer.start();
+        boolean all = left.await(600, java.util.concurrent.TimeUnit.SECONDS);
+        double consumeSeconds = (System.nanoTime() - consumeStart) / 1e9;
+        consumer.shutdown();
+        Map<String, Object> out = new HashMap<>();
+        out.put("event", "bench");
+        out.put("messages", count);
+        out.put("bodyBytes", bodyBytes);
+        out.put("sendSeconds", sendSeconds);
+        out.put("sendPerSecond", count / sendSeconds);
+        out.put("consumed", count - left.getCount());
+        out.put("consumeSeconds", consumeSeconds);
+        out.put("consumePerSecond", (count - left.getCount()) / consumeSeconds);
+        out.put("complete", all);
+        emit(out);
+    }
+
     public static void main(String[] args) throws Exception {
         System.setProperty("rocketmq.client.logUseSlf4j", "false");
         switch (args[0]) {
@@ -153,8 +205,11 @@ public final class RemotingClient {
             case "consume":
                 consume(args[1], args[2], args[3], args[4]);
                 break;
+            case "bench":
+                bench(args[1], args[2], args[3], Integer.parseInt(args[4]), Integer.parseInt(args[5]));
+                break;
             default:
-                throw new IllegalArgumentException("mode must be send or consume: " + args[0]);
+                throw new IllegalArgumentException("mode must be send, consume or bench: " + args[0]);
         }
         System.exit(0);
     }
