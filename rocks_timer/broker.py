@@ -275,6 +275,17 @@ class Broker(KeyedOperations):
         self._check_open()
         return self.messages.get_message(commitlog_offset)
 
+    def watch_arrivals(self, callback) -> None:
+        """Call ``callback(topics)`` whenever messages land on ``topics`` (long polling wakes on
+        it). It runs on the CommitLog's writing thread: keep it quick, never block."""
+        self.messages.arrival_listeners.append(callback)
+
+    def unwatch_arrivals(self, callback) -> None:
+        try:
+            self.messages.arrival_listeners.remove(callback)
+        except ValueError:
+            pass
+
     def topics(self) -> set[str]:
         """Every topic with a ConsumeQueue (the topics messages were stored on)."""
         return {cq.topic for cq in self.messages.queues.all()}

@@ -124,7 +124,7 @@ class RemotingFront:
             def arrived(topics: set[str]) -> None:  # on the CommitLog's writing thread
                 if not service.watched_topics.isdisjoint(topics):
                     loop.call_soon_threadsafe(service.arrived, topics)
-            self.broker.messages.arrival_listeners.append(arrived)
+            self.broker.watch_arrivals(arrived)
             chores = asyncio.create_task(self._chores())
             if self.namesrv:
                 self.registrar = NameServerRegistrar(self.namesrv, service.topics, name,
@@ -134,7 +134,7 @@ class RemotingFront:
             try:
                 await self._stop.wait()
             finally:
-                self.broker.messages.arrival_listeners.remove(arrived)
+                self.broker.unwatch_arrivals(arrived)
                 if self.registrar is not None:
                     await self.registrar.stop()
                 server.close()
