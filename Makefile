@@ -29,8 +29,7 @@ peers:
 	  "not installing them (sudo apt-get install -y beanstalkd redis-server)"; fi
 
 # The unmodified RocketMQ 4.x clients the remoting front's tests drive (tests/fronts/):
-# the Java client 4.9.8 (Maven Central, into the Maven cache, compiled once) with the real
-# NameServer for the cluster test (tests/fronts/namesrv), PyPI `rocketmq`
+# the Java client 4.9.8 (Maven Central, into the Maven cache, compiled once), PyPI `rocketmq`
 # 0.4.4 (bundles the C++ core; a venv of its own, since its top-level package clashes with
 # rocketmq-python-client's) and npm `ali-ons` (from its lockfile). A missing tool is said and
 # skipped here; the tests then fail under CI=true and skip otherwise.
@@ -45,11 +44,8 @@ remoting-clients: java-remoting-client rocketmq4-venv js-remoting-client
 
 java-remoting-client: $(JAVA_CLIENT_CLASS)
 
-$(JAVA_CLIENT_CLASS): $(JAVA_CLIENT)/pom.xml $(JAVA_CLIENT)/src/main/java/rtimer/RemotingClient.java \
-		tests/fronts/namesrv/pom.xml
+$(JAVA_CLIENT_CLASS): $(JAVA_CLIENT)/pom.xml $(JAVA_CLIENT)/src/main/java/rtimer/RemotingClient.java
 	@if command -v mvn >/dev/null && command -v javac >/dev/null; then \
-	  (cd tests/fronts/namesrv && mvn -q -B dependency:build-classpath \
-	    -Dmdep.outputFile=target/classpath.txt) && \
 	  cd $(JAVA_CLIENT) && mvn -q -B dependency:build-classpath \
 	    -Dmdep.outputFile=target/classpath.txt && \
 	  javac --release 11 -d target/classes -cp "$$(cat target/classpath.txt)" \
@@ -107,5 +103,5 @@ demo: $(STAMP)
 	$(VENV)/bin/rtimer --data-dir demo-data demo
 
 clean:
-	rm -rf $(VENV) $(RMQ4_VENV) $(JAVA_CLIENT)/target tests/fronts/namesrv/target
+	rm -rf $(VENV) $(RMQ4_VENV) $(JAVA_CLIENT)/target
 	rm -rf $(JS_CLIENT)/node_modules demo-data rtimer-data .pytest_cache .hypothesis

@@ -278,3 +278,88 @@ class NodeClient(LineClient):
 
 CLIENTS = {"java": (need_java, JavaClient), "python4": (need_python4, Python4Client),
            "ali-ons": (need_js, NodeClient)}
+
+
+def need_namesrv() -> None:
+    """The real NameServer comes from issue 29's harness (``make rocketmq``)."""
+    from bench.rocketmq.cluster import unavailable_reason
+    reason = unavailable_reason()
+    need(reason is None, f"the Apache RocketMQ NameServer ({reason})")
+
+
+class NameServer:
+    """The real Apache RocketMQ NameServer (``NamesrvStartup``, the jars of ``make rocketmq``)
+    on a free loopback port, with its own logback file (the classpath holds every RocketMQ jar,
+    each with its own)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "NameServer":
+        import zipfile
+        from bench.rocketmq.cluster import classpath
+        cp = classpath()
+        self.root.mkdir(parents=True, exist_ok=True)
+        conf = self.root / "namesrv.conf"
+        conf.write_text(f"listenPort={self.port}\n")
+        logback = self.root / "rmq.namesrv.logback.xml"
+        jar = next(j for j in cp.split(os.pathsep) if Path(j).name.startswith("rocketmq-namesrv-"))
+        with zipfile.ZipFile(jar) as archive:
+            logback.write_bytes(archive.read("rmq.namesrv.logback.xml"))
+        env = dict(os.environ, ROCKETMQ_HOME=str(self.root))
+        self.log = open(self.root / "namesrv.out", "wb")
+        self.proc = subprocess.Popen(
+            ["java", "-Xms128m", "-Xmx256m", "-XX:TieredStopAtLevel=1",
+             f"-Duser.home={self.root}", f"-Drocketmq.home.dir={self.root}",
+             f"-Drmq.logback.configurationFile={logback}", "-cp", cp,
+             "org.apache.rocketmq.namesrv.NamesrvStartup", "-c", str(conf)],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env, cwd=self.root)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, (self.root / "namesrv.out").read_text()
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.2)
+        raise AssertionError("the NameServer did not start:\n" +
+                             (self.root / "namesrv.out").read_text())
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def route(self, topic: str) -> dict | None:
+        """GET_ROUTEINFO_BY_TOPIC as a client asks it (None: TOPIC_NOT_EXIST)."""
+        from rocks_timer.remoting.command import RemotingCommand, decode, frame_size
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as sock:
+            sock.sendall(RemotingCommand(105, opaque=1, ext={"topic": topic}).encode())
+            head = _exactly(sock, 8)
+            total, _ = frame_size(head)
+            reply = decode(int.from_bytes(head[4:], "big"), _exactly(sock, total - 4))
+        if reply.code != 0:
+            return None
+        # the NameServer writes fastjson: map keys may be bare numbers ({0:"host:port"})
+        return json.loads(re.sub(rb'([{,])(\d+):', rb'\1"\2":', reply.body))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out

@@ -46,6 +46,7 @@ def test_a_port_in_use_is_an_error(tmp_path):
     (("--remoting-listen", "nonsense"), "--remoting-listen 'nonsense' must be HOST:PORT"),
     (("--remoting-listen", "127.0.0.1:0", "--namesrv-addr", "bad"), "entry 'bad' must be"),
     (("--remoting-listen", "off", "--namesrv-addr", "127.0.0.1:9876"), "needs the remoting"),
+    (("--remoting-listen", "127.0.0.1:0", "--broker-name", "a.b"), "--broker-name 'a.b' is"),
 ])
 def test_malformed_options_are_one_line_errors(tmp_path, args, text):
     done = run(tmp_path / "data", *args)

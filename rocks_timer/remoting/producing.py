@@ -72,7 +72,7 @@ class ProducerHandlers:
                 raise BadRequest(Response.MESSAGE_ILLEGAL, f"the message body of {len(body)} "
                                  f"bytes is larger than the limit of {limit} bytes")
             messages.append(self._message(topic, queue_id, entry_flag, body, props, born_ms,
-                                          reconsume, max_reconsume, header))
+                                          reconsume, max_reconsume))
         self.topics.note(topic)
         results = await self.recent.send(messages, self._store)
         ids = [m.properties.get(CLIENT_UNIQ_KEY, r.msg_id) for m, r in zip(messages, results)]
@@ -84,8 +84,7 @@ class ProducerHandlers:
         return cmd.response(Response.SUCCESS, ext=ext)
 
     def _message(self, topic: str, queue_id: int, flag: int, body: bytes, props: dict,
-                 born_ms: int | None, reconsume: int, max_reconsume: int,
-                 header: Header) -> Message:
+                 born_ms: int | None, reconsume: int, max_reconsume: int) -> Message:
         props = dict(props)
         props.pop("WAIT", None)
         client_key = props.get(UNIQ_KEY)

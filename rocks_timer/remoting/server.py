@@ -20,6 +20,7 @@ from rocks_timer.remoting.codes import Response
 from rocks_timer.remoting.command import RemotingCommand
 from rocks_timer.remoting.namesrv import CLUSTER, NameServerRegistrar
 from rocks_timer.remoting.service import RemotingService
+from rocks_timer.timer.handles import TOPIC_PATTERN
 
 log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:9876"
@@ -66,6 +67,9 @@ class RemotingFront:
     def __init__(self, broker, host: str, port: int, *, broker_name: str | None = None,
                  namesrv: list[tuple[str, int]] | None = None, workers: int = 8,
                  max_in_flight: int = MAX_IN_FLIGHT):
+        if broker_name is not None and not TOPIC_PATTERN.match(broker_name):
+            raise ConfigError(f"--broker-name {broker_name!r} is invalid; it must match "
+                              "^[%|a-zA-Z0-9_-]{1,127}$ (it is also a topic name)")
         self.broker = broker
         self.host = host
         self.port = port

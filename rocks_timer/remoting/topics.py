@@ -61,8 +61,13 @@ class TopicTable:
 
     def topic_configs(self) -> dict[str, dict]:
         """REGISTER_BROKER's topicConfigTable: every known topic, plus the default topic with
-        the inherit permission (so producers of a topic nobody routes yet can find us)."""
-        configs = {DEFAULT_TOPIC: _config(DEFAULT_TOPIC, QUEUES, PERM_READ_WRITE | PERM_INHERIT)}
+        the inherit permission (so producers of a topic nobody routes yet can find us) and the
+        broker's own topic."""
+        configs = {DEFAULT_TOPIC: _config(DEFAULT_TOPIC, QUEUES, PERM_READ_WRITE | PERM_INHERIT),
+                   # a RocketMQ broker also routes a topic named after itself (tools send to
+                   # one broker through it); a NameServer takes a first registration of a
+                   # single topic as a late single-topic update and refuses it
+                   self.broker_name: _config(self.broker_name, 1, PERM_READ_WRITE)}
         for topic in sorted(self.known):
             configs[topic] = _config(topic, queue_count(topic), PERM_READ_WRITE)
         return configs
