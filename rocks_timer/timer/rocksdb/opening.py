@@ -19,6 +19,7 @@ from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
 from rocks_timer.timer.rocksdb.profiles import index_options as profile_index_options
 from rocks_timer.timer.rocksdb.profiles import meta_options
+from rocks_timer.timer.rocksdb.status import storage_io_error
 
 if TYPE_CHECKING:
     from rocks_timer.timer.rocksdb.store import RocksTimerStore
@@ -74,6 +75,9 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
             raise StoreLockedError(
                 f"timer store {path} is in use by another process or another open store "
                 f"in this process (RocksDB: {text})") from None
+        io_error = storage_io_error(text, f"cannot open timer store {path}")
+        if io_error is not None:  # before the damage test: a full disk names MANIFEST too
+            raise io_error from None
         if "Corruption" in text or "MANIFEST" in text:
             raise CorruptRecordError(f"timer store {path} is damaged (RocksDB: {text}); "
                                      f"{REPAIR_HINT}", where=str(path)) from None
