@@ -392,3 +392,12 @@ def test_requests_in_progress_per_connection_are_bounded(front, client):
 def test_offset_message_ids_name_host_port_and_offset():
     assert offset_msg_id(socket.inet_aton("127.0.0.1"), 9876, 255) == \
         "7F00000100002694" + "00000000000000FF"
+
+
+def test_a_client_id_longer_than_32_digits_is_kept_for_consumers(front, client):
+    long_id = "FD" + "00" * 15 + "0208E630946E0981F2A5010000"  # a Java client on an IPv6 host
+    first = send(client, "L", b"v6", UNIQ_KEY=long_id)
+    again = send(client, "L", b"v6", UNIQ_KEY=long_id)
+    assert first.ext["msgId"] == again.ext["msgId"] == long_id
+    [rec] = records(pull(client, "L").body)  # the retry was stored once
+    assert rec["props"]["UNIQ_KEY"] == long_id and "CLIENT_UNIQ_KEY" not in rec["props"]
