@@ -55,8 +55,9 @@ $(JAVA_CLIENT_CLASS): $(JAVA_CLIENT)/pom.xml $(JAVA_CLIENT)/src/main/java/rtimer
 
 rocketmq4-venv: $(RMQ4_STAMP)
 
-$(RMQ4_STAMP):
-	@if $(PYTHON) -m venv $(RMQ4_VENV) && $(RMQ4_VENV)/bin/pip install --quiet rocketmq==0.4.4; \
+$(RMQ4_STAMP): pyproject.toml
+	@if $(PYTHON) -m venv $(RMQ4_VENV) && $(RMQ4_VENV)/bin/pip install --quiet \
+	    "$$(sed -n 's/^ *"\(rocketmq==[0-9.]*\)",*$$/\1/p' pyproject.toml)"; \
 	then touch $(RMQ4_STAMP); else echo "make: installing PyPI rocketmq 0.4.4 failed"; fi
 
 js-remoting-client: $(JS_STAMP)
