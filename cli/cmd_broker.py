@@ -78,6 +78,8 @@ def run(settings: Settings, grpc_listen: str | None, remoting_listen: str | None
                     fronts = {"socket": sock_server.request_counts}
                     if front is not None:
                         fronts["grpc"] = front.request_counts
+                    if remoting is not None:
+                        fronts["remoting"] = remoting.request_counts
                     metrics = metrics_front.start(
                         broker, metrics_plan, dashboard, fronts,
                         popped=(lambda: front.pop.popped) if front is not None else None)

@@ -401,3 +401,12 @@ def test_a_client_id_longer_than_32_digits_is_kept_for_consumers(front, client):
     assert first.ext["msgId"] == again.ext["msgId"] == long_id
     [rec] = records(pull(client, "L").body)  # the retry was stored once
     assert rec["props"]["UNIQ_KEY"] == long_id and "CLIENT_UNIQ_KEY" not in rec["props"]
+
+
+def test_request_counts_per_request_name(front, client):
+    client.call(105, {"topic": "c"})
+    client.call(105, {"topic": "bad topic!"})
+    client.call(9999)
+    requests, failures = front.request_counts()
+    assert requests["GET_ROUTEINFO_BY_TOPIC"] == 2 and requests["UNKNOWN"] == 1
+    assert failures == {"GET_ROUTEINFO_BY_TOPIC": 1, "UNKNOWN": 1}

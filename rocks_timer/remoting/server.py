@@ -220,6 +220,15 @@ class RemotingFront:
                 pass  # the loop already ended
             self._thread.join(15)
 
+    def request_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Requests and failed requests (answered with an error code) per request name since
+        start (for the metrics endpoint)."""
+        if self.service is None:
+            return {}, {}
+        requests, failures = dict(self.service.requests), dict(self.service.failures)
+        return ({k: v for k, v in requests.items() if v},
+                {k: v for k, v in failures.items() if v})
+
     def stats(self) -> dict:
         service = self.service
         return {"connections": len(service.connections) if service else 0,

@@ -30,6 +30,9 @@ from rocks_timer.remoting.topics import TopicTable
 log = logging.getLogger(__name__)
 NOTIFY_DELAY_S = 0.3   # after the heartbeat's reply: a client ignores it before it runs
 _SEND_CODES = (Request.SEND_MESSAGE, Request.SEND_MESSAGE_V2, Request.SEND_BATCH_MESSAGE)
+# response codes that answer a request as asked (an empty pull, a group with no offset yet)
+_ANSWERS = frozenset({Response.SUCCESS, Response.PULL_NOT_FOUND, Response.PULL_RETRY_IMMEDIATELY,
+                      Response.PULL_OFFSET_MOVED, Response.QUERY_NOT_FOUND})
 
 
 class RemotingService(ProducerHandlers, ConsumerHandlers, AdminHandlers):
@@ -57,6 +60,12 @@ class RemotingService(ProducerHandlers, ConsumerHandlers, AdminHandlers):
         self.pulled = 0
         self.errors = 0
         self._opaque = itertools.count(1)
+        # per request name since start, for the metrics endpoint; every key exists from the
+        # start, so a reader on another thread never sees the dicts change size
+        self.names = {code: name for name, code in vars(Request).items()
+                      if not name.startswith("_")}
+        self.requests = dict.fromkeys([*self.names.values(), "UNKNOWN"], 0)
+        self.failures = dict.fromkeys(self.requests, 0)
         self.handlers = {
             Request.GET_ROUTEINFO_BY_TOPIC: self.route,
             Request.SEND_MESSAGE: self.send_message,
@@ -85,6 +94,14 @@ class RemotingService(ProducerHandlers, ConsumerHandlers, AdminHandlers):
 
     # -- dispatch -------------------------------------------------------------------------
     async def handle(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        name = self.names.get(cmd.code, "UNKNOWN")
+        self.requests[name] += 1
+        response = await self._handle(conn, cmd)
+        if response.code not in _ANSWERS:
+            self.failures[name] += 1
+        return response
+
+    async def _handle(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         handler = self.handlers.get(cmd.code)
         if handler is None:
             return cmd.response(Response.REQUEST_CODE_NOT_SUPPORTED,
