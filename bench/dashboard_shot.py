@@ -29,7 +29,8 @@ _METRICS = re.compile(r"dashboard on (http://127\.0\.0\.1:\d+/)")
 
 def _start(data_dir: Path) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "--data-dir", str(data_dir), "run",
-                             "--grpc-listen", "off", "--metrics-listen", "127.0.0.1:0",
+                             "--grpc-listen", "off", "--remoting-listen", "off",
+                             "--metrics-listen", "127.0.0.1:0",
                              "--dashboard"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.stdout is not None

@@ -290,9 +290,42 @@ class Broker(KeyedOperations):
         self._check_open()
         return self.messages.read_batch(topic, queue_id, offset, max_messages, max_bytes)
 
+    def pull_page(self, topic: str, queue_id: int = 0, offset: int = 0, max_messages: int = 32
+                  ) -> tuple[list[Message], int]:
+        """``pull`` and the queue offset to pull from next (past every entry looked at,
+        unreadable ones included), for consumers that keep their own position."""
+        self._check_open()
+        return self.messages.pull_page(topic, queue_id, offset, max_messages)
+
     def max_offset(self, topic: str, queue_id: int = 0) -> int:
         cq = self.messages.consume_queue(topic, queue_id)
         return cq.max_offset if cq else 0
+
+    def min_offset(self, topic: str, queue_id: int = 0) -> int:
+        """The first queue offset still readable (retention moves it up)."""
+        cq = self.messages.consume_queue(topic, queue_id)
+        return cq.min_offset if cq else 0
+
+    def message_at(self, commitlog_offset: int) -> Message:
+        """The stored message at ``commitlog_offset``: KeyError outside the log,
+        CorruptRecordError where no whole record starts there."""
+        self._check_open()
+        return self.messages.get_message(commitlog_offset)
+
+    def watch_arrivals(self, callback) -> None:
+        """Call ``callback(topics)`` whenever messages land on ``topics`` (long polling wakes on
+        it). It runs on the CommitLog's writing thread: keep it quick, never block."""
+        self.messages.arrival_listeners.append(callback)
+
+    def unwatch_arrivals(self, callback) -> None:
+        try:
+            self.messages.arrival_listeners.remove(callback)
+        except ValueError:
+            pass
+
+    def topics(self) -> set[str]:
+        """Every topic with a ConsumeQueue (the topics messages were stored on)."""
+        return {cq.topic for cq in self.messages.queues.all()}
 
     # -- services -----------------------------------------------------------------------------
     def tick(self, now_ms: int | None = None) -> int:

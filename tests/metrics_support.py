@@ -34,7 +34,8 @@ class MetricsBroker:
     def start(self) -> "MetricsBroker":
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "--data-dir", str(self.data_dir), "run",
-             "--metrics-listen", "127.0.0.1:0", "--dashboard", *self.run_args],
+             "--remoting-listen", "off", "--metrics-listen", "127.0.0.1:0", "--dashboard",
+             *self.run_args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
             env=dict(os.environ, PYTHONPATH=str(ROOT)))
         deadline = time.monotonic() + START_TIMEOUT_S

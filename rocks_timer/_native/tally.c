@@ -18,23 +18,6 @@ static int64_t tally_be64(const unsigned char *p) {
     return (int64_t)v;
 }
 
-static int flush_topic(PyObject *topics, const char *name, Py_ssize_t len, long long n) {
-    PyObject *key = PyBytes_FromStringAndSize(name, len);
-    if (key == NULL) return -1;
-    PyObject *old = PyDict_GetItemWithError(topics, key);
-    long long have = 0;
-    if (old == NULL && PyErr_Occurred()) { Py_DECREF(key); return -1; }
-    if (old != NULL && (have = PyLong_AsLongLong(old)) == -1 && PyErr_Occurred()) {
-        Py_DECREF(key);
-        return -1;
-    }
-    PyObject *value = PyLong_FromLongLong(have + n);
-    int rc = value == NULL ? -1 : PyDict_SetItem(topics, key, value);
-    Py_DECREF(key);
-    Py_XDECREF(value);
-    return rc;
-}
-
 PyObject *delivery_tally(PyObject *self, PyObject *args) {
     PyObject *raws, *bounds_obj;
     long long store_ms;
@@ -82,7 +65,8 @@ PyObject *delivery_tally(PyObject *self, PyObject *args) {
         if (t == used) {
             if (used == TALLY_TOPICS) {  /* many topics: the table goes into the dict */
                 for (int k = 0; k < used; k++)
-                    if (flush_topic(topics, names[k], lens[k], seen[k]) < 0) goto done;
+                    if (dict_add_count(topics, PyBytes_FromStringAndSize(names[k], lens[k]),
+                                       seen[k]) < 0) goto done;
                 used = t = 0;
             }
             names[t] = name, lens[t] = tlen, seen[t] = 0;
@@ -91,7 +75,8 @@ PyObject *delivery_tally(PyObject *self, PyObject *args) {
         seen[t]++;
     }
     for (int k = 0; k < used; k++)
-        if (flush_topic(topics, names[k], lens[k], seen[k]) < 0) goto done;
+        if (dict_add_count(topics, PyBytes_FromStringAndSize(names[k], lens[k]), seen[k]) < 0)
+            goto done;
     PyObject *count_list = PyList_New(nb + 1);
     if (count_list == NULL) goto done;
     for (Py_ssize_t b = 0; b <= nb; b++) {
