@@ -97,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
                 fresh.append(write_file(d / "f", block, total, kib << 10, again=False))
         with scratch_dir(prefix="pagecache-") as d:
             rewrite = write_file(d / "f", block, total, kib << 10, again=True)
-        rows[f"{kib}KiB"] = {"fresh_s": [round(t, 3) for t in fresh],
-                             "fresh_median_s": round(median(fresh), 3),
-                             "rewrite_s": round(rewrite, 3)}
+        rows[f"{kib}KiB"] = {"fresh_s": [round(t, 6) for t in fresh],
+                             "fresh_median_s": round(median(fresh), 6),
+                             "rewrite_s": round(rewrite, 6)}
         print(f"writes of {kib:>5} KiB: fresh pages {' '.join(f'{t:.3f}' for t in fresh)} s, "
               f"rewriting them {rewrite:.3f} s", flush=True)
     mapped = {}
