@@ -50,13 +50,23 @@ class SendResult(NamedTuple):
 
 _new_send_result = maker(SendResult)
 
-def _open_timer_store(root: Path, config: BrokerConfig, messages: MessageStore) -> TimerStore:
+def _open_timer_store(root: Path, config: BrokerConfig, messages: MessageStore,
+                      stored: dict | None) -> TimerStore:
     if config.timer_engine == "memory":
         from rocks_timer.timer.memory import MemoryTimerStore
         return MemoryTimerStore()
     if config.timer_engine == "rocksdb":
         from rocks_timer.timer.rocksdb import RocksTimerStore
-        return RocksTimerStore.open(root / "timer-rocksdb", config)
+        store_dir = root / "timer-rocksdb"
+        if stored and stored.get("timer_engine") == "rocksdb" and not (
+                store_dir.is_dir() and any(store_dir.iterdir())):
+            # its record is written once the store opened: the store was there and is gone
+            raise CorruptRecordError(
+                f"data dir {root} ran the rocksdb timer engine ({root / datadir.FILE}) but its "
+                f"timer store {store_dir} is missing or empty: refusing to start an empty one "
+                f"over its pending messages; restore the directory from a copy, or run `rtimer "
+                f"repair`, which names what is lost and makes an empty store", where=str(store_dir))
+        return RocksTimerStore.open(store_dir, config)
     try:
         from rocks_timer.timer.wheel import WheelTimerStore
     except ImportError as exc:
@@ -112,7 +122,7 @@ class Broker(KeyedOperations):
         try:
             stored_format = datadir.check(self.path, self.config)
             self.messages = MessageStore.open(self.path, self.config, self.clock)
-            self.timer = _open_timer_store(self.path, self.config, self.messages)
+            self.timer = _open_timer_store(self.path, self.config, self.messages, stored_format)
             self.deliverer = Deliverer(self.timer, self.messages, self.config, self.clock)
             self.deliverer.reconcile()
             self.levels = _open_level_service(self.path, self.config, self.messages, self.clock)

@@ -71,3 +71,8 @@ class CorruptRecordError(RocksTimerError):
         super().__init__(message)
         self.where = where
         self.raw = raw
+
+
+class StorageIOError(RocksTimerError):
+    """The disk refused an operation (no space, no permission, read-only, an I/O error): not
+    damage. Nothing was changed to "repair" it; fix the cause and try again."""

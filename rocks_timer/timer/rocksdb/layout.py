@@ -97,9 +97,13 @@ def stage_removed(store: "RocksTimerStore", index_values: Iterable[bytes | None]
     if store.vlog is None:
         return None
     changes = Changes()
+    if type(index_values) is not list:
+        index_values = list(index_values)
     dropped = drop_pointers(changes, index_values)
     if lost and dropped:
         store.vlog.note_lost(dropped)
+    elif dropped:  # set-aside records keep theirs: a rebuild may recover them
+        store.vlog.mark_dead(store.vlog.dead_of(index_values))
     return store.vlog.stage(changes, batch) if changes or lost else None
 
 

@@ -73,9 +73,12 @@ class Changes(dict):
         self.add(seg, 1, length)
 
     def drop(self, pointer_value: bytes) -> None:
-        """A live pointer leaves the index (delete, overwrite, relocation source)."""
-        seg, _, length = I.POINTER.unpack_from(pointer_value)[1:4]
+        """A live pointer leaves the index (delete, overwrite, relocation source); its record
+        gets a removal record (``ValueLog.stage``)."""
+        seg, offset, length = I.POINTER.unpack_from(pointer_value)[1:4]
         self.add(seg, -1, -length)
+        dead = self.__dict__.setdefault("dead", {})
+        dead.setdefault(seg, []).append(offset)
 
 
 def durable_rows(meta: Any, segs: list[Segment]) -> dict[int, bytes | None]:

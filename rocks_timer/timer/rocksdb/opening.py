@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import Options, Rdict
 
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import ConfigError, CorruptRecordError, StoreLockedError
+from rocks_timer.errors import ConfigError, CorruptRecordError, StorageIOError, StoreLockedError
 from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
@@ -28,9 +28,30 @@ _LOCK_MARKERS = ("lock hold by", "No locks available", "Resource temporarily una
                  "While lock file")
 
 
-REPAIR_HINT = ("stop the broker, copy the data dir somewhere safe, then run `rtimer repair` "
-               "(RocksDB's repair: it rebuilds the manifest from the table files it finds)")
+REPAIR_HINT = ("stop the broker, then run `rtimer repair` (it builds a repaired store beside "
+               "this one, keeps this one as evidence, and names every message it cannot recover)")
 _ROCKS_DATA = (".sst", ".log", ".blob")
+
+
+_IO_MARKERS = ("No space left", "Permission denied", "Read-only file system",
+               "Input/output error", "Disk quota exceeded", "Too many open files")
+
+
+def rocks_error(path: Path, text: str) -> Exception:
+    """The error of the error tree a RocksDB status message means: the store locked, the disk
+    refusing (no space, no permission: ``StorageIOError``, never taken for damage), damage
+    (``CorruptRecordError`` naming ``rtimer repair``), or anything else (``ConfigError``)."""
+    if any(marker in text for marker in _LOCK_MARKERS):
+        return StoreLockedError(f"timer store {path} is in use by another process or another "
+                                f"open store in this process (RocksDB: {text})")
+    if any(marker in text for marker in _IO_MARKERS):
+        return StorageIOError(f"timer store {path}: the disk refused an operation (RocksDB: "
+                              f"{text}); this is not damage: free space or fix the permissions, "
+                              f"then open it again (`rtimer repair` is not needed)")
+    if "Corruption" in text or "MANIFEST" in text or "CURRENT" in text:
+        return CorruptRecordError(f"timer store {path} is damaged (RocksDB: {text}); "
+                                  f"{REPAIR_HINT}", where=str(path))
+    return ConfigError(f"cannot open timer store {path}: {text}")
 
 
 def refuse_damaged(path: Path) -> None:
@@ -50,7 +71,7 @@ def refuse_damaged(path: Path) -> None:
     if not rocks_files and vlog.is_dir() and any(vlog.glob("*.vlog")):
         raise CorruptRecordError(
             f"timer store {path} has value segments in {vlog} but no RocksDB index: refusing "
-            f"to start empty over them; restore the index files from a copy", where=str(path))
+            f"to start empty over them; {REPAIR_HINT}", where=str(path))
 
 
 def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
@@ -69,15 +90,7 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
     try:
         db = Rdict(str(path), db_options, column_families=families)
     except Exception as exc:  # rocksdict raises plain Exception for RocksDB status errors
-        text = str(exc)
-        if any(marker in text for marker in _LOCK_MARKERS):
-            raise StoreLockedError(
-                f"timer store {path} is in use by another process or another open store "
-                f"in this process (RocksDB: {text})") from None
-        if "Corruption" in text or "MANIFEST" in text:
-            raise CorruptRecordError(f"timer store {path} is damaged (RocksDB: {text}); "
-                                     f"{REPAIR_HINT}", where=str(path)) from None
-        raise ConfigError(f"cannot open timer store {path}: {text}") from None
+        raise rocks_error(path, str(exc)) from None
     try:
         state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
                                 index_style, meta_style)
@@ -98,23 +111,3 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
         store.close()
         raise
     return store
-
-
-def repair_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig) -> dict[str, Any]:
-    """``RocksTimerStore.repair``."""
-    path = Path(path)
-    if not path.is_dir():
-        raise ConfigError(f"timer store {path} does not exist; nothing to repair")
-    try:
-        Rdict.repair(str(path), build_options(config.rocksdb_profile))
-    except Exception as exc:  # rocksdict raises plain Exception for RocksDB status errors
-        text = str(exc)
-        if any(marker in text for marker in _LOCK_MARKERS):
-            raise StoreLockedError(f"timer store {path} is in use; stop the broker before "
-                                   f"repairing it (RocksDB: {text})") from None
-        raise CorruptRecordError(f"RocksDB could not repair {path}: {text}",
-                                 where=str(path)) from None
-    with cls.open(path, config) as store:
-        report = store.check()
-        report["layout"] = store.layout
-    return report

@@ -219,6 +219,8 @@ def relocate_segment(store: "RocksTimerStore", seg: Segment, now_ms: int) -> int
     damaged: list[tuple[int, str]] = []
     moved, piece, size = 0, [], 0
     for record in iter_records(seg.file, seg.end, damaged):
+        if not record[1]:
+            continue  # a removal record: it dies with this segment
         piece.append(record)
         size += record[3]
         if size >= PIECE_BYTES:

@@ -14,8 +14,17 @@ A segment is ``timer-rocksdb/vlog/<id as 10 digits>.vlog``; its id, kind and cou
     +-------------------------------------------------------------------------------------+
 
 The record carries its key so that a read can prove it is the record the index meant (a stale
-pointer after a power cut reads another key and is refused), and so relocation can ask the index
-whether a record is still live without any other bookkeeping.
+pointer after a power cut reads another key and is refused), so relocation can ask the index
+whether a record is still live without any other bookkeeping, and so the index can be rebuilt
+from the segments (``rtimer repair``, :mod:`rocks_timer.timer.rocksdb.recovery`).
+
+A **removal record** has the same frame with an empty key (a timer key is never empty) and the
+value ``REMOVAL_TAG`` followed by the 4-byte offsets (big-endian) of records *of the same
+segment* that left the index (delivered, cancelled, rescheduled, reconciled, relocated, or
+overwritten by a retry of their key). It is appended to the segment holding those records
+before the index batch that removes them, so it lives exactly as long as they do: a rebuild
+never resurrects a removed message, and a segment released with its last live record takes
+its removal records with it.
 """
 from __future__ import annotations
 
@@ -52,6 +61,22 @@ def frame(key: bytes, value: bytes) -> bytes:
     head = HEAD.pack(MAGIC, len(key), len(value))
     tail = key + value
     return head + _CRC.pack(_crc32(tail, _crc32(head))) + tail
+
+
+REMOVAL_TAG = 0xDE
+_OFFSET = struct.Struct(">I")
+
+
+def frame_removal(offsets: list[int]) -> bytes:
+    """The removal record naming ``offsets`` (records of the segment it is appended to)."""
+    return frame(b"", bytes((REMOVAL_TAG,)) + b"".join(map(_OFFSET.pack, offsets)))
+
+
+def removal_offsets(key: bytes, value: bytes) -> list[int] | None:
+    """The offsets a removal record names; None for a message record (or a malformed one)."""
+    if key or not value or value[0] != REMOVAL_TAG or (len(value) - 1) % _OFFSET.size:
+        return None
+    return [o for (o,) in _OFFSET.iter_unpack(value[1:])]
 
 
 def parse(buf: bytes | memoryview, pos: int, where: str) -> tuple[bytes, bytes, int]:
@@ -123,13 +148,17 @@ class SegmentFile:
         self.path = directory / segment_name(segment_id)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
         self._fd_lock = threading.Lock()  # the background sync vs a release's close
+        # relocation appends to a long segment off the store lock while a delivery appends a
+        # removal record to it under the store lock
+        self._append_lock = threading.Lock()
         self.size = os.fstat(self.fd).st_size
 
     def append(self, data: bytes) -> int:
         """Write ``data`` at the end; returns the offset it starts at."""
-        offset = self.size
-        pwrite_all(self.fd, data, offset)
-        self.size = offset + len(data)
+        with self._append_lock:
+            offset = self.size
+            pwrite_all(self.fd, data, offset)
+            self.size = offset + len(data)
         return offset
 
     def read(self, offset: int, length: int) -> bytes:

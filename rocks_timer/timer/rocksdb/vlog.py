@@ -19,8 +19,10 @@ early bodies' space. A segment is sealed when it is not open; a sealed segment w
 record is deleted (``release``) once its zero count is durable and re-read from RocksDB.
 
 Crash order: record bytes appended (fdatasync'd first in sync mode) → index batch (with the
-segment's new ``end``) → release. On open, bytes past ``end`` were never indexed and are cut
-(a torn or unacknowledged tail); a file shorter than ``end`` (power cut in async mode) is
+segment's new ``end``) → release; a removal (delivery, cancel, reschedule, relocation) appends
+its removal record to the removed record's segment before its index batch (segments.py). On
+open, bytes past ``end`` were never indexed: they are kept, not cut (appends go on after them;
+``rtimer repair`` reads them); a file shorter than ``end`` (power cut in async mode) is
 reported, and the index entries pointing past it are set aside when they are claimed.
 """
 from __future__ import annotations
@@ -103,6 +105,11 @@ class ValueLog:
             check_iterator(it, f"vlog liveness rows of {self.dir}")
         finally:
             del it
+        # never reuse the id of a segment whose row or file exists (a rolled-back next_id would
+        # make a new segment truncate a live one)
+        on_disk = [int(p.stem) for p in self.dir.glob("*.vlog") if p.stem.isdigit()]
+        self.next_id = max([self.next_id, *(i + 1 for i in self.segments),
+                            *(i + 1 for i in on_disk)])
         for seg in self.segments.values():
             self._open_file(seg)
             if seg.kind == ARRIVAL and seg.file is not None and seg.file.size == seg.end:
@@ -119,10 +126,12 @@ class ValueLog:
                           "will be set aside as corrupt when due", path, seg.live_count)
             return
         seg.file = S.SegmentFile(self.dir, seg.id)
-        if seg.file.size > seg.end:  # appended, never indexed: not acknowledged
-            log.warning("vlog segment %s: cutting %d unindexed tail bytes", path,
-                        seg.file.size - seg.end)
-            seg.file.truncate(seg.end)
+        if seg.file.size > seg.end:
+            # written before an index batch that never ran (a kill -9 in between): not
+            # acknowledged, but kept, never cut (issue 30): appends go on after it, and a
+            # rebuild (``rtimer repair``) reads it like every other record
+            log.info("vlog segment %s: %d bytes past the index's end were never indexed "
+                     "(a write cut short by a crash); kept", path, seg.file.size - seg.end)
         elif seg.file.size < seg.end:
             self.short_segments.append(seg.id)
             log.error("vlog segment %s is %d bytes but the index covers %d (a power cut in async "
@@ -134,10 +143,11 @@ class ValueLog:
         """A new empty segment; its id is persisted (``next_id``) by the next ``stage``, which
         comes before any index entry can point into it."""
         with self._alloc_lock:
+            while self.next_id in self.segments or (
+                    self.dir / S.segment_name(self.next_id)).exists():
+                self.next_id += 1  # a file left by a crash is evidence: never truncated
             seg = Segment(self.next_id, kind, day, now_ms, 0, 0, 0, 0)
             seg.file = S.SegmentFile(self.dir, seg.id)
-            if seg.file.size:  # left by a crash before its id was persisted: never indexed
-                seg.file.truncate(0)
             self.next_id += 1
             self.segments[seg.id] = seg
         return seg
@@ -224,9 +234,40 @@ class ValueLog:
         self.counters[COUNTERS[2]] += len(records)
         return seg, offsets
 
+    def mark_dead(self, dead: dict[int, list[int]]) -> None:
+        """Append a removal record to each segment of ``dead`` (segment id -> offsets of its
+        records leaving the index), before the index batch that removes them (segments.py):
+        fdatasync'd in sync mode, else synced with the next flush, before the WAL."""
+        for seg_id, offsets in dead.items():
+            seg = self.segments.get(seg_id)
+            if seg is None or seg.file is None or not offsets:
+                continue  # released or missing: nothing of it can be rebuilt anyway
+            blob = S.frame_removal(offsets)
+            seg.file.append(blob)
+            if self.sync_writes:
+                seg.file.sync()
+            else:
+                self.dirty.add(seg_id)
+            self.counters[COUNTERS[0]] += len(blob)
+
+    def dead_of(self, index_values: Iterable[bytes | None]) -> dict[int, list[int]]:
+        """Segment id -> offsets of the records the pointers among ``index_values`` name."""
+        dead: dict[int, list[int]] = {}
+        unpack, size, version = I.POINTER.unpack_from, I.SIZE, I.POINTER_VERSION
+        for value in index_values:
+            if value is not None and len(value) >= size and value[0] == version:
+                _, seg, offset = unpack(value)[:3]
+                dead.setdefault(seg, []).append(offset)
+        return dead
+
     def stage(self, changes: Changes, batch: Any) -> dict[int, tuple[int, int, int]]:
         """Put the changed liveness rows (and counters) into ``batch``; returns the new values
-        for ``commit``. Live counts never go below zero (a bug, not a state): it raises."""
+        for ``commit``. Live counts never go below zero (a bug, not a state): it raises. The
+        removal records of the pointers ``changes`` dropped are appended first, so the rows'
+        ends cover them."""
+        dead = getattr(changes, "dead", None)
+        if dead:
+            self.mark_dead(dead)
         new: dict[int, tuple[int, int, int]] = {}
         for seg_id, (dcount, dbytes) in changes.items():
             seg = self.segments.get(seg_id)
