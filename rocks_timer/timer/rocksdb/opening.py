@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import Options, Rdict
 
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import ConfigError, CorruptRecordError, StorageIOError, StoreLockedError
+from rocks_timer.errors import (ConfigError, CorruptRecordError, RocksTimerError, StorageIOError,
+                                StoreLockedError)
 from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
@@ -82,8 +83,13 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
     refuse_damaged(path)
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     db_options = build_options(config.rocksdb_profile)
-    index_style, meta_style = rocks_meta.compactions(path, config.rocksdb_layout,
-                                                     config.vlog_index_compaction, META_CF)
+    try:
+        index_style, meta_style = rocks_meta.compactions(path, config.rocksdb_layout,
+                                                         config.vlog_index_compaction, META_CF)
+    except RocksTimerError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a damaged table read by the read-only open
+        raise rocks_error(path, str(exc)) from None
     index_options = profile_index_options(config.rocksdb_profile, index_style)
     families = {TIMER_CF: index_options, META_CF: meta_options(meta_style),
                 CORRUPT_CF: Options(raw_mode=True)}
@@ -95,6 +101,10 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
         state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
                                 index_style, meta_style)
         store = cls(path, config, db, db_options, state, reclaim_after_deletes)
+    except RocksTimerError as exc:
+        error = exc.with_traceback(None)
+    except Exception as exc:  # noqa: BLE001 - rocksdict: a damaged table read while loading
+        error = rocks_error(path, str(exc))
     except BaseException as exc:
         # the failed constructor's frames hold column family handles, which keep the LOCK
         # after close: drop them first, or every later open says "in use"
@@ -107,6 +117,12 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
         raise error
     try:
         keyindex.ensure_built(store)
+    except RocksTimerError:
+        store.close()
+        raise
+    except Exception as exc:  # noqa: BLE001 - rocksdict: a damaged table met by the walk
+        store.close()
+        raise rocks_error(path, str(exc)) from None
     except BaseException:
         store.close()
         raise

@@ -31,9 +31,11 @@ with the new store (hard links), so keeping it costs only the index's size.
 from __future__ import annotations
 
 import errno
+import gc
 import logging
 import os
 import shutil
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,7 +50,7 @@ from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb import segments as S
 from rocks_timer.timer.rocksdb.liveness import ARRIVAL, SEGMENT
-from rocks_timer.timer.rocksdb.opening import META_CF, TIMER_CF
+from rocks_timer.timer.rocksdb.opening import META_CF, TIMER_CF, rocks_error
 from rocks_timer.timer.rocksdb.walscan import WalScan
 from rocks_timer.timer.values import decode_value, peek_value
 
@@ -56,6 +58,15 @@ if TYPE_CHECKING:
     from rocks_timer.timer.rocksdb.store import RocksTimerStore
 
 log = logging.getLogger(__name__)
+# the recovery campaign kills a real ``rtimer repair`` at each of these points (SIGKILL to
+# itself when the variable names the point): tests/test_recovery_campaign.py
+KILL_AT_ENV = "RTIMER_REPAIR_KILL_AT"
+KILL_POINTS = ("copied", "salvaged", "built", "complete", "old-moved", "switched")
+
+
+def _point(name: str) -> None:
+    if os.environ.get(KILL_AT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 COMPLETE = "REBUILD-COMPLETE"
 _IO_ERRNOS = {errno.ENOSPC, errno.EACCES, errno.EPERM, errno.EROFS, errno.EDQUOT, errno.EIO,
@@ -184,7 +195,7 @@ class StoreRepair:
                     if name != "LOCK" and not os.access(file, os.R_OK):
                         raise OSError(errno.EACCES, os.strerror(errno.EACCES), file)
             need = sum(f.stat().st_size for f in self.path.iterdir() if f.is_file()
-                       and not f.name.endswith(_LINKED)) + (8 << 20)
+                       and not f.name.endswith(_LINKED)) + (1 << 20)
             free = shutil.disk_usage(parent).free
             if free < need:
                 raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)}: {free} bytes free, "
@@ -198,8 +209,18 @@ class StoreRepair:
                 self.report.layout = store.layout
         except (StorageIOError, StoreLockedError):
             raise
-        except RocksTimerError as exc:
-            self.report.notes.append(f"the store does not open or read cleanly: {exc}")
+        except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exception
+            error = exc if isinstance(exc, RocksTimerError) else rocks_error(self.path, str(exc))
+            failed = (type(error), str(error))
+            del error  # its context's traceback holds an iterator, which holds RocksDB's LOCK
+        else:
+            failed = None
+        if failed is not None:
+            gc.collect()  # so the next open of this directory (or of the result) is not "in use"
+            kind, text = failed
+            if issubclass(kind, (StorageIOError, StoreLockedError)):
+                raise kind(text)
+            self.report.notes.append(f"the store does not open or read cleanly: {text}")
             return None
         if check["problems"]:
             self.report.notes.append(f"the store opens but its check finds "
@@ -238,16 +259,17 @@ class StoreRepair:
                     os.link(entry, target)  # RocksDB never rewrites a table file in place
                 else:
                     shutil.copyfile(entry, target)
+        _point("copied")
         salvage = self._salvage(salvage_dir)
+        _point("salvaged")
         self.report.notes += salvage.notes
         vlog_dir = self.path / "vlog"
-        has_segments = vlog_dir.is_dir() and any(vlog_dir.glob("*.vlog"))
-        layout = salvage.layout or ("vlog" if has_segments else self.config.rocksdb_layout)
+        # a vlog store always has its vlog/ directory (made at its first open)
+        layout = salvage.layout or ("vlog" if vlog_dir.is_dir() else "inline")
         self.report.layout = layout
         result = self.beside / "store"
         if layout == "vlog":
-            if (salvage_dir / "CURRENT").exists() and salvage.opened:
-                shutil.rmtree(salvage_dir)  # read what it could; the index is rebuilt
+            shutil.rmtree(salvage_dir)  # read what it could; the index is rebuilt
             self._rebuild_vlog(salvage, vlog_dir, result)
         else:
             self._inline_result(salvage, salvage_dir, result)
@@ -256,6 +278,7 @@ class StoreRepair:
             for name in files:
                 os.chmod(os.path.join(root, name), 0o600)
         _fsync_tree(result)
+        _point("built")
         (self.beside / COMPLETE).write_bytes(b"")
         fd = os.open(self.beside / COMPLETE, os.O_RDONLY)
         try:
@@ -263,6 +286,7 @@ class StoreRepair:
         finally:
             os.close(fd)
         fsync_dir(self.beside)
+        _point("complete")
 
     def _salvage(self, salvage_dir: Path) -> Salvage:
         found = Salvage()
@@ -278,17 +302,41 @@ class StoreRepair:
         db = _open_salvage(salvage_dir, found)
         if db is None:
             return found
+        found.opened = True
         try:
-            found.opened = True
-            meta = db.get_column_family(META_CF)
+            self._salvage_meta(db, found)
+        except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exception
+            found.notes.append(f"the old meta column family is unreadable: {exc}")
+        try:
+            timer = db.get_column_family(TIMER_CF)
+            it = timer.iter(ReadOptions())
+            try:
+                it.seek_to_first()
+                while it.valid():
+                    found.index[bytes(it.key())] = bytes(it.value())
+                    it.next()
+                it.status()
+            finally:
+                del it, timer
+        except Exception as exc:  # noqa: BLE001
+            found.index_complete = False
+            found.notes.append(f"the old index is readable only up to {len(found.index)} "
+                               f"entries: {exc}")
+        db.close()
+        return found
+
+    @staticmethod
+    def _salvage_meta(db: Rdict, found: Salvage) -> None:
+        meta = db.get_column_family(META_CF)
+        try:
             layout, cursor, pending, next_id = meta.get(
                 [K.META_LAYOUT, K.META_CURSOR, K.META_PENDING, K.META_VLOG_NEXT_ID])
             found.layout = bytes(layout).decode() if layout is not None else None
             found.cursor = bytes(cursor) if cursor is not None else b""
             found.pending = int.from_bytes(bytes(pending), "big") if pending else None
             found.next_id = int.from_bytes(bytes(next_id), "big") if next_id else 1
+            it = meta.iter(ReadOptions())
             try:
-                it = meta.iter(ReadOptions())
                 it.seek(K.META_VLOG_SEGMENT_PREFIX)
                 while it.valid() and bytes(it.key()).startswith(K.META_VLOG_SEGMENT_PREFIX):
                     seg_id, value = K.segment_id_of(bytes(it.key())), bytes(it.value())
@@ -296,27 +344,10 @@ class StoreRepair:
                         found.rows[seg_id] = SEGMENT.unpack(value)
                     it.next()
                 it.status()
+            finally:
                 del it
-            except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exception
-                found.notes.append(f"the liveness rows are partly unreadable: {exc}")
-            del meta
-            timer = db.get_column_family(TIMER_CF)
-            try:
-                it = timer.iter(ReadOptions())
-                it.seek_to_first()
-                while it.valid():
-                    found.index[bytes(it.key())] = bytes(it.value())
-                    it.next()
-                it.status()
-                del it
-            except Exception as exc:  # noqa: BLE001
-                found.index_complete = False
-                found.notes.append(f"the old index is readable only up to {len(found.index)} "
-                                   f"entries: {exc}")
-            del timer
         finally:
-            db.close()
-        return found
+            del meta
 
     def _rebuild_vlog(self, salvage: Salvage, vlog_dir: Path, result: Path) -> None:
         scan = SegmentScan(vlog_dir)
@@ -399,10 +430,10 @@ class StoreRepair:
                 self.report.lost_unnamed = gap
                 self.report.notes.append(f"{gap} message(s) were in a damaged table file of "
                                          f"the index: their names are unreadable")
-        os.rename(salvage_dir, result)
-        self.report.recovered = len(salvage.index)
+        shutil.rmtree(salvage_dir)
         with self.store_cls.open(result, self.config.replace(rocksdb_layout="inline")) as store:
-            store.recount()
+            store.load_rebuilt(salvage.index, {}, None, salvage.cursor)
+        self.report.recovered = len(salvage.index)
 
     # -- the switch ------------------------------------------------------------------------
     def _switch(self) -> None:
@@ -413,8 +444,10 @@ class StoreRepair:
                 os.rename(self.path, kept)
                 self.report.kept_as = str(kept)
                 fsync_dir(self.path.parent)
+                _point("old-moved")
             os.rename(result, self.path)
             fsync_dir(self.path.parent)
+            _point("switched")
         shutil.rmtree(self.beside)
         fsync_dir(self.path.parent)
         self.report.action = "rebuilt"

@@ -375,7 +375,7 @@ class RocksTimerStore(KeyedRocksOps):
         return StoreRepair(cls, Path(path), config, data_dir_in_use).run()
 
     def load_rebuilt(self, entries: dict[bytes, bytes], segment_rows: dict[int, bytes],
-                     next_id: int, cursor: bytes) -> None:
+                     next_id: int | None, cursor: bytes) -> None:
         """Repair only: fill this new, empty store with an index rebuilt from value segments
         (index values, liveness rows, the next segment id, the salvaged cursor). The pending
         count follows the entries; the reconcile offset restarts at 0, so the next open drops
@@ -392,17 +392,9 @@ class RocksTimerStore(KeyedRocksOps):
                     batch = WriteBatch(raw_mode=True)
             for seg_id, row in segment_rows.items():
                 batch.put(K.segment_meta_key(seg_id), row, self._meta_h)
-            batch.put(K.META_VLOG_NEXT_ID, rocks_meta.pack_u64(next_id), self._meta_h)
+            if next_id is not None:
+                batch.put(K.META_VLOG_NEXT_ID, rocks_meta.pack_u64(next_id), self._meta_h)
             self._finish_rebuilt(batch, len(entries), cursor)
-
-    def recount(self) -> None:
-        """Repair only: make the pending count what the index holds, restart reconciliation at
-        CommitLog offset 0 and have the next open rebuild the key index (an index salvaged from
-        damaged files)."""
-        with self._lock:
-            self._check_open()
-            n = sum(1 for _ in self._timer.keys())
-            self._finish_rebuilt(WriteBatch(raw_mode=True), n, self._claim_cursor)
 
     def _finish_rebuilt(self, batch: WriteBatch, pending: int, cursor: bytes) -> None:
         batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
