@@ -19,7 +19,7 @@ import click
 
 from rocks_timer import Broker, BrokerConfig, datadir
 from rocks_timer.errors import StoreLockedError
-from rocks_timer.private import hold_owner_only_umask
+from rocks_timer.private import hold_owner_only_umask, release_owner_only_umask
 
 from cli import ops
 from cli.remote import BrokerClient
@@ -64,7 +64,10 @@ class Settings:
                 raise StoreLockedError(f"data dir {self.data_dir} is in use (a broker or another "
                                        f"command holds broker.lock); stop it first") from None
             hold_owner_only_umask()
-            yield
+            try:
+                yield
+            finally:
+                release_owner_only_umask()
         finally:
             os.close(fd)
 

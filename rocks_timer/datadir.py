@@ -132,8 +132,8 @@ def check(data_dir: Path | str, config: BrokerConfig) -> dict[str, Any] | None:
     holding = engines_with_files(Path(data_dir))
     if holding and config.timer_engine not in holding:
         # a flag (--engine memory) or an edited record must never hide pending messages
-        raise ConfigError(f"data dir {data_dir} holds the files of the {holding[0]} timer engine "
-                          f"({ENGINE_DIRS[holding[0]]}/); it cannot be opened with "
+        raise ConfigError(f"data dir {data_dir} was created with timer_engine={holding[0]!r} "
+                          f"(its files are in {ENGINE_DIRS[holding[0]]}/); it cannot be opened with "
                           f"timer_engine={config.timer_engine!r} (its pending messages would be "
                           f"hidden); leave --engine out, or move {ENGINE_DIRS[holding[0]]}/ away "
                           f"first to start over")

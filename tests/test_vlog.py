@@ -16,7 +16,8 @@ from rocks_timer.timer.rocksdb import segments as S
 from rocks_timer.timer.rocksdb.liveness import DAY_MS, LONG, delay_class
 from rocks_support import BIG, T0, msg, rec  # noqa: F401
 
-SMALL_SEGMENTS = BrokerConfig(vlog_segment_bytes=64 << 10, rocksdb_layout="vlog")
+SMALL_SEGMENTS = BrokerConfig(vlog_segment_bytes=64 << 10, rocksdb_layout="vlog",
+                              vlog_inline_max_bytes=128)  # small bodies stay in the index
 
 
 def body(i: int, size: int = 1000) -> bytes:

@@ -101,7 +101,7 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
         state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
                                 index_style, meta_style)
         store = cls(path, config, db, db_options, state, reclaim_after_deletes)
-    except RocksTimerError as exc:
+    except (RocksTimerError, OSError) as exc:
         error = exc.with_traceback(None)
     except Exception as exc:  # noqa: BLE001 - rocksdict: a damaged table read while loading
         error = rocks_error(path, str(exc))
@@ -117,7 +117,7 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
         raise error
     try:
         keyindex.ensure_built(store)
-    except RocksTimerError:
+    except (RocksTimerError, OSError):
         store.close()
         raise
     except Exception as exc:  # noqa: BLE001 - rocksdict: a damaged table met by the walk
