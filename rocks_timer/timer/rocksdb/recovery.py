@@ -126,6 +126,8 @@ class Salvage:
     rows: dict[int, tuple] = field(default_factory=dict)
     index: dict[bytes, bytes] = field(default_factory=dict)
     index_complete: bool = True
+    keys: dict[bytes, list[str]] = field(default_factory=dict)  # timer key -> its KEYS (meta)
+    rebuilt_manifest: bool = False  # RocksDB's repair had to make the copy openable
     notes: list[str] = field(default_factory=list)
 
 
@@ -337,6 +339,13 @@ class StoreRepair:
             found.next_id = int.from_bytes(bytes(next_id), "big") if next_id else 1
             it = meta.iter(ReadOptions())
             try:
+                it.seek(K.META_KEY_INDEX_PREFIX)
+                while it.valid() and bytes(it.key()).startswith(K.META_KEY_INDEX_PREFIX):
+                    named = _key_of_entry(bytes(it.key()))
+                    if named is not None:
+                        found.keys.setdefault(named[0], []).append(named[1])
+                    it.next()
+                it.status()
                 it.seek(K.META_VLOG_SEGMENT_PREFIX)
                 while it.valid() and bytes(it.key()).startswith(K.META_VLOG_SEGMENT_PREFIX):
                     seg_id, value = K.segment_id_of(bytes(it.key())), bytes(it.value())
@@ -361,9 +370,9 @@ class StoreRepair:
                 continue  # delivered for good (DESIGN §6: nothing pending below the cursor)
             try:
                 info = peek_value(key, value)
-            except CorruptRecordError:
-                info = None
-            if info is None:
+            except CorruptRecordError as exc:
+                self.report.lost.append(self._lost(salvage, key, None, f"its value-segment "
+                                                   f"record does not decode: {exc}"))
                 continue
             entries[key] = I.encode_pointer(seg_id, offset, length, info.queue_id,
                                             info.body_size, info.tags)
@@ -377,13 +386,13 @@ class StoreRepair:
             if not I.is_pointer(value):
                 entries[key] = value  # a small body kept in the index (vlog_inline_max_bytes)
                 continue
-            self.report.lost.append(_lost(key, None, "its value-segment record is gone or "
-                                                     "damaged"))
+            self.report.lost.append(self._lost(salvage, key, None, "its value-segment record "
+                                               "is gone or damaged"))
         for key, reason in scan.damaged_keys:
             if key not in entries and (not cursor or key >= cursor) and not any(
                     m.msg_id == _msg_id(key) and m.due_ms == K.key_due_ms(key)
                     for m in self.report.lost):
-                self.report.lost.append(_lost(key, None, reason))
+                self.report.lost.append(self._lost(salvage, key, None, reason))
         if salvage.pending is not None and not salvage.index_complete:
             missing = salvage.pending - len(entries) - len(self.report.lost)
             if missing > 0:
@@ -423,10 +432,17 @@ class StoreRepair:
         for key, value in wal.final_puts().items():
             if key in salvage.index or (salvage.cursor and key < salvage.cursor):
                 continue
-            self.report.lost.append(_lost(key, value, "its WAL record is damaged"))
+            self.report.lost.append(self._lost(salvage, key, value, "its WAL record is damaged"))
+        named = {(m.msg_id, m.due_ms) for m in self.report.lost}
+        for key in salvage.keys:  # the key index (in meta) outlived the entry itself
+            if key in salvage.index or (salvage.cursor and key < salvage.cursor) or (
+                    _msg_id(key), K.key_due_ms(key)) in named:
+                continue
+            self.report.lost.append(self._lost(salvage, key, None, "its index entry is "
+                                               "unreadable (named from the key index)"))
         if salvage.pending is not None:
             gap = salvage.pending - len(salvage.index) - len(self.report.lost)
-            if gap > 0 and not salvage.index_complete:
+            if gap > 0 and not (salvage.index_complete and not salvage.rebuilt_manifest):
                 self.report.lost_unnamed = gap
                 self.report.notes.append(f"{gap} message(s) were in a damaged table file of "
                                          f"the index: their names are unreadable")
@@ -434,6 +450,13 @@ class StoreRepair:
         with self.store_cls.open(result, self.config.replace(rocksdb_layout="inline")) as store:
             store.load_rebuilt(salvage.index, {}, None, salvage.cursor)
         self.report.recovered = len(salvage.index)
+
+    @staticmethod
+    def _lost(salvage: Salvage, key: bytes, value: bytes | None, reason: str) -> LostMessage:
+        lost = _lost(key, value, reason)
+        if not lost.keys:
+            lost.keys = sorted(salvage.keys.get(key, []))
+        return lost
 
     # -- the switch ------------------------------------------------------------------------
     def _switch(self) -> None:
@@ -524,8 +547,15 @@ def _open_salvage(salvage_dir: Path, found: Salvage) -> Rdict | None:
     try:
         families = [n for n in Rdict.list_cf(str(salvage_dir)) if n != "default"]
     except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exception
-        found.notes.append(f"the old RocksDB manifest is unreadable: {exc}")
-        return None
+        found.notes.append(f"the old RocksDB manifest is unreadable ({exc}): RocksDB's repair "
+                           f"rebuilt the copy's manifest from its table files")
+        try:  # on the copy only; what it cannot place is counted below, never trusted
+            Rdict.repair(str(salvage_dir), Options(raw_mode=True))
+            families = [n for n in Rdict.list_cf(str(salvage_dir)) if n != "default"]
+            found.rebuilt_manifest = True
+        except Exception as exc2:  # noqa: BLE001
+            found.notes.append(f"RocksDB's repair of the copy failed too: {exc2}")
+            return None
     options = Options(raw_mode=True)
     options.set_wal_recovery_mode(DBRecoveryMode.skip_any_corrupted_record())
     options.set_paranoid_checks(False)
@@ -545,6 +575,19 @@ def _open_salvage(salvage_dir: Path, found: Salvage) -> Rdict | None:
 
 def _msg_id(key: bytes) -> str:
     return key[-16:].hex().upper()
+
+
+def _key_of_entry(entry: bytes) -> tuple[bytes, str] | None:
+    """(timer key, business key) of a key index entry; None for a malformed one."""
+    try:
+        raw = K.timer_key_of_entry(entry)
+    except RocksTimerError:
+        return None
+    body = entry[len(K.META_KEY_INDEX_PREFIX):]
+    topic_end = 1 + body[0]
+    n = K.KEY_LEN.unpack_from(body, topic_end)[0]
+    key = body[topic_end + K.KEY_LEN.size:topic_end + K.KEY_LEN.size + n]
+    return raw, key.decode("utf-8", errors="replace")
 
 
 def _lost(key: bytes, value: bytes | None, reason: str) -> LostMessage:
