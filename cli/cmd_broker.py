@@ -132,8 +132,11 @@ def compact(settings: Settings, as_json: bool) -> None:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option("--rebuild", is_flag=True,
+              help="Rebuild even a store that opens and passes its check (vlog: the index "
+                   "from the value segments).")
 @click.pass_obj
-def repair(settings: Settings, as_json: bool) -> None:
+def repair(settings: Settings, as_json: bool, rebuild: bool) -> None:
     """Repair a damaged RocksDB timer store, crash-safely, and name what is lost.
 
     A store that opens and passes its check is left alone. Otherwise the repaired store is built
@@ -159,7 +162,8 @@ def repair(settings: Settings, as_json: bool) -> None:
                                    f"rocksdb engine's store")
     with settings.data_dir_lock():
         report = RocksTimerStore.repair(store_dir, settings.config(),
-                                        data_dir_in_use=stored.get("timer_engine") == "rocksdb")
+                                        data_dir_in_use=stored.get("timer_engine") == "rocksdb",
+                                        rebuild=rebuild)
     result = report.as_dict()
     if as_json:
         render.echo_json(result)

@@ -137,11 +137,12 @@ class StoreRepair:
     ``<path>.rebuild`` and ``<path>.before-repair-<n>``."""
 
     def __init__(self, store_cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
-                 data_dir_in_use: bool = False) -> None:
+                 data_dir_in_use: bool = False, rebuild: bool = False) -> None:
         self.store_cls = store_cls
         self.path = Path(path)
         self.config = config
         self.data_dir_in_use = data_dir_in_use  # engine record says rocksdb: the store existed
+        self.force = rebuild  # rebuild even a healthy store (``rtimer repair --rebuild``)
         self.beside = self.path.with_name(self.path.name + ".rebuild")
         self.report = RepairReport(str(self.path), "none")
 
@@ -163,7 +164,7 @@ class StoreRepair:
         self._preflight()
         if not self.path.is_dir() or not any(self.path.iterdir()):
             return self._create_empty()
-        healthy = self._healthy()
+        healthy = None if self.force else self._healthy()
         if healthy is not None:
             return healthy
         self._rebuild()

@@ -366,13 +366,13 @@ class RocksTimerStore(KeyedRocksOps):
         return rocks_maint.compact(self)
 
     @classmethod
-    def repair(cls, path: str | Path, config: BrokerConfig, *,
-               data_dir_in_use: bool = False) -> "RepairReport":
+    def repair(cls, path: str | Path, config: BrokerConfig, *, data_dir_in_use: bool = False,
+               rebuild: bool = False) -> "RepairReport":
         """``rtimer repair``: crash-safe, builds beside, rebuilds a vlog index from the value
         segments, names what it cannot recover (:mod:`rocks_timer.timer.rocksdb.recovery`).
         The store must not be open anywhere."""
         from rocks_timer.timer.rocksdb.recovery import StoreRepair
-        return StoreRepair(cls, Path(path), config, data_dir_in_use).run()
+        return StoreRepair(cls, Path(path), config, data_dir_in_use, rebuild).run()
 
     def load_rebuilt(self, entries: dict[bytes, bytes], segment_rows: dict[int, bytes],
                      next_id: int | None, cursor: bytes) -> None:
