@@ -373,3 +373,35 @@ def test_a_full_disk_is_not_damage(small_fs, layout):
     code, report = repair(data)
     assert code == 0 and report["lost"] == [], report
     holds(seeded, deliver_all(data, layout))
+
+
+@pytest.mark.parametrize("cut", ["reschedule", "cancel"])
+def test_a_removal_cut_short_by_a_crash_is_never_half_rebuilt(tmp_path, cut):
+    """A reschedule appends the new record (here in a new segment) and the old one's removal
+    record, then writes its index batch; a crash before the batch leaves both on disk, never
+    indexed. The next open voids them (kept, not cut) and a rebuild restores the message once,
+    at its old time."""
+    from rocks_support import rec
+    from rocks_timer.timer.rocksdb import RocksTimerStore
+    path = timer_dir(tmp_path)
+    config = BrokerConfig(rocksdb_layout="vlog")
+    with RocksTimerStore.open(path, config) as store:
+        [scheduled] = store.schedule([rec(1, 10_000, body=bytes(500))], 0)
+
+        def crash(batch):
+            raise KeyboardInterrupt("the process dies before its index batch")
+        store._write = crash  # noqa: SLF001 - the crash point, in the test only
+        with pytest.raises(KeyboardInterrupt):
+            if cut == "reschedule":
+                store.reschedule([scheduled.handle], 90_000_000, 0)
+            else:
+                store.cancel(scheduled.handle, 0)
+        del store._write
+    for opens in range(2):  # the open voids the tail; a second open finds nothing to void
+        with RocksTimerStore.open(path, config) as store:
+            assert store.check()["problems"] == [] and store.pending_count() == 1
+    report = RocksTimerStore.repair(path, config, rebuild=True).as_dict()
+    assert report["ok"] and report["recovered"] == 1, report
+    with RocksTimerStore.open(path, config) as store:
+        [due] = store.claim_due(20_000, 10, 1 << 30)
+        assert due.key.due_ms == 10_000

@@ -180,7 +180,7 @@ def test_an_unindexed_tail_is_kept_on_open(path):
     with open(seg, "ab") as fh:  # a crash after the append, before the index batch
         fh.write(S.frame(b"k" * 30, b"v" * 500)[:300])
     with open_vlog(path) as store:
-        assert seg.stat().st_size == size + 300
+        assert seg.stat().st_size > size + 300  # the tail, then its void record
         assert len(deliver_all(store, T0 + 10)) == 5
         assert store.check()["problems"] == []
 

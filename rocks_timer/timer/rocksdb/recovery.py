@@ -128,6 +128,8 @@ class Salvage:
     index_complete: bool = True
     keys: dict[bytes, list[str]] = field(default_factory=dict)  # timer key -> its KEYS (meta)
     rebuilt_manifest: bool = False  # RocksDB's repair had to make the copy openable
+    wal_clean: bool = False  # the copy opened without skipping a WAL record: its rows' ends
+    # are exact, so value-segment bytes past them were never indexed (never acknowledged)
     notes: list[str] = field(default_factory=list)
 
 
@@ -360,7 +362,13 @@ class StoreRepair:
             del meta
 
     def _rebuild_vlog(self, salvage: Salvage, vlog_dir: Path, result: Path) -> None:
-        scan = SegmentScan(vlog_dir)
+        ends = {seg_id: row[5] for seg_id, row in salvage.rows.items()} \
+            if salvage.wal_clean else None
+        if ends is None:
+            self.report.notes.append("the index's segment ends are not known exactly: value "
+                                     "records never indexed (sends or reschedules cut short by "
+                                     "a crash) may be delivered")
+        scan = SegmentScan(vlog_dir, ends)
         scan.run()
         self.report.notes += scan.notes
         cursor = salvage.cursor
@@ -488,8 +496,9 @@ class SegmentScan:
     records (no removal record names them; one per key), and the keys of damaged records
     where their key can still be read."""
 
-    def __init__(self, vlog_dir: Path) -> None:
+    def __init__(self, vlog_dir: Path, ends: dict[int, int] | None = None) -> None:
         self.dir = vlog_dir
+        self.ends = ends  # exact index ends of the segments (bytes past them: never indexed)
         self.live: dict[bytes, tuple[int, int, int, bytes]] = {}
         self.sizes: dict[int, int] = {}
         self.damaged_keys: list[tuple[bytes, str]] = []
@@ -510,8 +519,20 @@ class SegmentScan:
     def _segment(self, seg: S.SegmentFile) -> None:
         self.sizes[seg.id] = seg.size
         damaged: list[tuple[int, str]] = []
-        records, dead = [], set()
+        found, voids = [], []
+        if self.ends is not None and seg.size > self.ends.get(seg.id, 0):
+            # a segment without a row was made for a batch that never ran: all of it is void
+            voids.append((self.ends.get(seg.id, 0), seg.size))
         for offset, key, value, length in S.iter_records(seg, seg.size, damaged):
+            void = S.void_range(key, value)
+            if void is not None:
+                voids.append(void)
+            else:
+                found.append((offset, key, value, length))
+        records, dead = [], set()
+        for offset, key, value, length in found:
+            if any(start <= offset < stop for start, stop in voids):
+                continue  # never indexed: neither its record nor its removals count
             offsets = S.removal_offsets(key, value)
             if offsets is not None:
                 dead.update(offsets)
@@ -557,6 +578,15 @@ def _open_salvage(salvage_dir: Path, found: Salvage) -> Rdict | None:
         except Exception as exc2:  # noqa: BLE001
             found.notes.append(f"RocksDB's repair of the copy failed too: {exc2}")
             return None
+    strict = Options(raw_mode=True)
+    strict.set_wal_recovery_mode(DBRecoveryMode.tolerate_corrupted_tail_records())
+    try:
+        db = Rdict(str(salvage_dir), strict,
+                   column_families={n: Options(raw_mode=True) for n in families})
+        found.wal_clean = not found.rebuilt_manifest
+        return db
+    except Exception:  # noqa: BLE001 - a damaged WAL record: skip it, on the copy
+        pass
     options = Options(raw_mode=True)
     options.set_wal_recovery_mode(DBRecoveryMode.skip_any_corrupted_record())
     options.set_paranoid_checks(False)

@@ -25,6 +25,12 @@ overwritten by a retry of their key). It is appended to the segment holding thos
 before the index batch that removes them, so it lives exactly as long as they do: a rebuild
 never resurrects a removed message, and a segment released with its last live record takes
 its removal records with it.
+
+A **void record** (empty key, value ``VOID_TAG`` + two 8-byte offsets) says that the bytes of
+its segment in [start, stop) were never indexed: written before an index batch that never ran
+(a ``kill -9`` or power cut in between). An open appends one for such a tail instead of cutting
+it, so the bytes stay (evidence) but a rebuild counts neither the records nor the removal
+records in it: an interrupted reschedule or cancel never comes back half done.
 """
 from __future__ import annotations
 
@@ -70,6 +76,21 @@ _OFFSET = struct.Struct(">I")
 def frame_removal(offsets: list[int]) -> bytes:
     """The removal record naming ``offsets`` (records of the segment it is appended to)."""
     return frame(b"", bytes((REMOVAL_TAG,)) + b"".join(map(_OFFSET.pack, offsets)))
+
+
+VOID_TAG = 0xDF
+_RANGE = struct.Struct(">QQ")
+
+
+def frame_void(start: int, stop: int) -> bytes:
+    """The void record for the never-indexed bytes [start, stop) of its segment."""
+    return frame(b"", bytes((VOID_TAG,)) + _RANGE.pack(start, stop))
+
+
+def void_range(key: bytes, value: bytes) -> tuple[int, int] | None:
+    if key or len(value) != 1 + _RANGE.size or value[0] != VOID_TAG:
+        return None
+    return _RANGE.unpack_from(value, 1)
 
 
 def removal_offsets(key: bytes, value: bytes) -> list[int] | None:

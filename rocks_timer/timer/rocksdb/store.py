@@ -109,6 +109,11 @@ class RocksTimerStore(KeyedRocksOps):
         self.vlog: ValueLog | None = None
         if self.layout == "vlog":
             self.vlog = ValueLog(path / "vlog", config, self._meta, self._meta_h)
+        if self.vlog is not None and self.vlog.voided:  # the void records' rows (vlog.py)
+            batch = WriteBatch(raw_mode=True)
+            new = self.vlog.stage({seg_id: (0, 0) for seg_id in self.vlog.voided}, batch)
+            self._db.write(batch, self._write_opts)
+            self.vlog.commit(new)
         self._relocator: threading.Thread | None = None
         self._releaser: threading.Thread | None = None
         self._last_sync_ms = 0

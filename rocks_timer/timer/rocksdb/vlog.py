@@ -78,6 +78,7 @@ class ValueLog:
         # off the store lock, so these meet here
         self._alloc_lock = threading.RLock()
         self.missing_segments: list[int] = []
+        self.voided: list[int] = []  # segments whose never-indexed tail got a void record
         self._load(meta)
 
     # -- open -------------------------------------------------------------------------------
@@ -128,10 +129,18 @@ class ValueLog:
         seg.file = S.SegmentFile(self.dir, seg.id)
         if seg.file.size > seg.end:
             # written before an index batch that never ran (a kill -9 in between): not
-            # acknowledged, but kept, never cut (issue 30): appends go on after it, and a
-            # rebuild (``rtimer repair``) reads it like every other record
+            # acknowledged (RocksDB replayed its whole WAL, so the index has every acknowledged
+            # write). Kept, never cut (issue 30), and voided so a rebuild ignores it
+            # (segments.py); the row's new end goes in with the store's first batch
             log.info("vlog segment %s: %d bytes past the index's end were never indexed "
-                     "(a write cut short by a crash); kept", path, seg.file.size - seg.end)
+                     "(a write cut short by a crash); kept and marked void", path,
+                     seg.file.size - seg.end)
+            seg.file.append(S.frame_void(seg.end, seg.file.size))
+            if self.sync_writes:
+                seg.file.sync()
+            else:
+                self.dirty.add(seg.id)
+            self.voided.append(seg.id)
         elif seg.file.size < seg.end:
             self.short_segments.append(seg.id)
             log.error("vlog segment %s is %d bytes but the index covers %d (a power cut in async "
