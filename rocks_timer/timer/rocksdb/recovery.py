@@ -374,14 +374,12 @@ class StoreRepair:
         cursor = salvage.cursor
         entries: dict[bytes, bytes] = {}
         rows: dict[int, list] = {}
-        for key, (seg_id, offset, length, value) in scan.live.items():
+        for key, (seg_id, offset, length, info) in scan.live.items():
             if cursor and key < cursor:
                 continue  # delivered for good (DESIGN §6: nothing pending below the cursor)
-            try:
-                info = peek_value(key, value)
-            except CorruptRecordError as exc:
+            if isinstance(info, str):
                 self.report.lost.append(self._lost(salvage, key, None, f"its value-segment "
-                                                   f"record does not decode: {exc}"))
+                                                   f"record does not decode: {info}"))
                 continue
             entries[key] = I.encode_pointer(seg_id, offset, length, info.queue_id,
                                             info.body_size, info.tags)
@@ -499,7 +497,9 @@ class SegmentScan:
     def __init__(self, vlog_dir: Path, ends: dict[int, int] | None = None) -> None:
         self.dir = vlog_dir
         self.ends = ends  # exact index ends of the segments (bytes past them: never indexed)
-        self.live: dict[bytes, tuple[int, int, int, bytes]] = {}
+        # key -> (segment, offset, length, what scan lists, or why the value does not decode):
+        # never the value itself, so memory holds pointers, not bodies
+        self.live: dict[bytes, tuple[int, int, int, Any]] = {}
         self.sizes: dict[int, int] = {}
         self.damaged_keys: list[tuple[bytes, str]] = []
         self.notes: list[str] = []
@@ -541,7 +541,12 @@ class SegmentScan:
         for offset, key, value, length in records:
             if offset not in dead:
                 # one copy per key: a relocation cut short leaves two identical ones
-                self.live.setdefault(key, (seg.id, offset, length, value))
+                if key not in self.live:
+                    try:
+                        info: Any = peek_value(key, value)
+                    except CorruptRecordError as exc:
+                        info = str(exc)
+                    self.live[key] = (seg.id, offset, length, info)
         for offset, reason in damaged:
             key = _readable_key(seg, offset)
             if key is not None:
