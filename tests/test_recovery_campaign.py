@@ -18,6 +18,13 @@ repair, which then exits non-zero. No cancelled message is delivered.
     kill -9 inside repair (each    the next repair finishes: all     same
       step)
     ENOSPC at open / in repair     StorageIOError, nothing changed   same (root + tmpfs only)
+    repair --rebuild of a healthy  the rebuilt count = pending: the  same (salvaged index)
+      store                          removal records hold
+    crash inside a reschedule or   voided at open; a rebuild gives   -
+      cancel (before its batch)      the message back once
+    --engine memory / engine.json  refused (ConfigError)             -
+      edited to wheel
+    vlog.next_id rolled back       no live segment truncated         -
 """
 from __future__ import annotations
 
@@ -405,3 +412,20 @@ def test_a_removal_cut_short_by_a_crash_is_never_half_rebuilt(tmp_path, cut):
     with RocksTimerStore.open(path, config) as store:
         [due] = store.claim_due(20_000, 10, 1 << 30)
         assert due.key.due_ms == 10_000
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_full_disk_at_open_is_not_called_damage(small_fs, layout):
+    """Issue 30: a full disk at open was reported as "damaged, run `rtimer repair`"."""
+    from rocks_timer import StorageIOError
+    data = small_fs / "data"
+    seeded = seed(data, layout, n=60)
+    _fill(small_fs)
+    done = rtimer(data, "stats")
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "not damage" in done.stderr and "run `rtimer repair`" not in done.stderr, done.stderr
+    with pytest.raises((StorageIOError, OSError)) as refused:
+        Broker.open(data, BrokerConfig(rocksdb_layout=layout)).close()
+    assert "run `rtimer repair`" not in str(refused.value)
+    (small_fs / "filler").unlink()
+    holds(seeded, deliver_all(data, layout))
