@@ -55,7 +55,7 @@ config = BrokerConfig(rocksdb_layout=layout, timer_precision_ms=10)
 out = {"acked": [], "cancelled": [], "delivered_before": []}
 with Broker.open(path, config) as broker:
     soon = broker.send_batch([Message("later", b"soon%d" % i + bytes(300), keys=["s%d" % i])
-                              for i in range(5)], delay_ms=0)
+                              for i in range(5)], delay_ms=50)
     out["acked"] += [r.msg_id for r in soon]
     import time
     deadline = time.time() + 10
@@ -303,6 +303,15 @@ def test_kill_inside_repair_then_repair_again(tmp_path, layout, point):
             assert os.stat(os.path.join(root, name)).st_mode & 0o077 == 0, name
 
 
+def test_a_lost_store_and_record_are_told_by_the_commitlogs_timer_copies(tmp_path):
+    seed(tmp_path, "vlog", n=20)  # five were delivered: stamped copies in the CommitLog
+    shutil.rmtree(timer_dir(tmp_path))
+    (tmp_path / "config" / "engine.json").unlink()
+    with pytest.raises(CorruptRecordError, match="delivered timer messages"):
+        Broker.open(tmp_path)
+    assert not timer_dir(tmp_path).exists()
+
+
 def test_an_engine_is_never_switched_under_pending_messages(tmp_path):
     seed(tmp_path, "vlog", n=20)
     with pytest.raises(ConfigError, match="timer-rocksdb"):
@@ -357,13 +366,14 @@ def small_fs(tmp_path):
 
 
 def _fill(mount: Path) -> None:
-    with open(mount / "filler", "wb") as fh:
-        try:
-            while True:
-                fh.write(bytes(64 << 10))
-                fh.flush()
-        except OSError:
-            pass
+    fd = os.open(mount / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, bytes(64 << 10))
+    except OSError:
+        pass  # full
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
