@@ -18,16 +18,24 @@ pointer after a power cut reads another key and is refused), so relocation can a
 whether a record is still live without any other bookkeeping, and so the index can be rebuilt
 from the segments (``rtimer repair``, :mod:`rocks_timer.timer.rocksdb.recovery`).
 
-A **removal record** has the same frame with an empty key (a timer key is never empty) and the
-value ``REMOVAL_TAG`` followed by the 4-byte offsets (big-endian) of records *of the same
-segment* that left the index (delivered, cancelled, rescheduled, reconciled, relocated, or
-overwritten by a retry of their key). It is appended to the segment holding those records
+Two record kinds have an empty key (a timer key is never empty)::
+
+    removal record (12 + 4 x n bytes)         void record (28 bytes)
+    +----+-----+------------------------+     +----+-----+-------------------------------+
+    |  0 | 11  | header, key_len = 0    |     |  0 | 11  | header, key_len = 0           |
+    | 11 |  1  | REMOVAL_TAG (0xDE)     |     | 11 |  1  | VOID_TAG (0xDF)               |
+    | 12 | 4 n | offsets (u32 BE) of    |     | 12 |  8  | start (u64 BE)                |
+    |    |     | this segment's records |     | 20 |  8  | stop (u64 BE), exclusive      |
+    +----+-----+------------------------+     +----+-----+-------------------------------+
+
+A **removal record** names the offsets of records *of the same segment* that left the index
+(delivered, cancelled, rescheduled, reconciled, relocated, or overwritten by a retry of their
+key). It is appended to the segment holding those records
 before the index batch that removes them, so it lives exactly as long as they do: a rebuild
 never resurrects a removed message, and a segment released with its last live record takes
 its removal records with it.
 
-A **void record** (empty key, value ``VOID_TAG`` + two 8-byte offsets) says that the bytes of
-its segment in [start, stop) were never indexed: written before an index batch that never ran
+A **void record** says that the bytes of its segment in [start, stop) were never indexed: written before an index batch that never ran
 (a ``kill -9`` or power cut in between). An open appends one for such a tail instead of cutting
 it, so the bytes stay (evidence) but a rebuild counts neither the records nor the removal
 records in it: an interrupted reschedule or cancel never comes back half done.
@@ -71,6 +79,7 @@ def frame(key: bytes, value: bytes) -> bytes:
 
 REMOVAL_TAG = 0xDE
 _OFFSET = struct.Struct(">I")
+REMOVAL_SIZE = SIZE + 1  # + 4 bytes per offset named
 
 
 def frame_removal(offsets: list[int]) -> bytes:
@@ -80,6 +89,7 @@ def frame_removal(offsets: list[int]) -> bytes:
 
 VOID_TAG = 0xDF
 _RANGE = struct.Struct(">QQ")
+VOID_SIZE = SIZE + 1 + _RANGE.size  # 28
 
 
 def frame_void(start: int, stop: int) -> bytes:
