@@ -265,11 +265,12 @@ class StoreRepair:
                 else:
                     shutil.copyfile(entry, target)
         _point("copied")
-        salvage = self._salvage(salvage_dir)
+        vlog_dir = self.path / "vlog"
+        # a vlog store always has its vlog/ directory (made at its first open); an inline
+        # index holds whole messages: streamed into the result later, never held in memory
+        salvage = self._salvage(salvage_dir, keep_values=vlog_dir.is_dir())
         _point("salvaged")
         self.report.notes += salvage.notes
-        vlog_dir = self.path / "vlog"
-        # a vlog store always has its vlog/ directory (made at its first open)
         layout = salvage.layout or ("vlog" if vlog_dir.is_dir() else "inline")
         self.report.layout = layout
         result = self.beside / "store"
@@ -293,7 +294,7 @@ class StoreRepair:
         fsync_dir(self.beside)
         _point("complete")
 
-    def _salvage(self, salvage_dir: Path) -> Salvage:
+    def _salvage(self, salvage_dir: Path, keep_values: bool) -> Salvage:
         found = Salvage()
         names = set(os.listdir(salvage_dir))
         manifests = sorted(n for n in names if n.startswith("MANIFEST-"))
@@ -312,21 +313,9 @@ class StoreRepair:
             self._salvage_meta(db, found)
         except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exception
             found.notes.append(f"the old meta column family is unreadable: {exc}")
-        try:
-            timer = db.get_column_family(TIMER_CF)
-            it = timer.iter(ReadOptions())
-            try:
-                it.seek_to_first()
-                while it.valid():
-                    found.index[bytes(it.key())] = bytes(it.value())
-                    it.next()
-                it.status()
-            finally:
-                del it, timer
-        except Exception as exc:  # noqa: BLE001
-            found.index_complete = False
-            found.notes.append(f"the old index is readable only up to {len(found.index)} "
-                               f"entries: {exc}")
+        if keep_values:
+            for key, value in _index_entries(db, found):
+                found.index[key] = value
         db.close()
         return found
 
@@ -434,6 +423,18 @@ class StoreRepair:
                 f"timer store {self.path} (inline layout) is unreadable: no RocksDB index could "
                 f"be opened, and an inline store has no other record of its messages; restore "
                 f"it from a copy", where=str(self.path))
+        with self.store_cls.open(result, self.config.replace(rocksdb_layout="inline")) as store:
+            db = _open_salvage(salvage_dir, Salvage())  # opened once already: replayed
+            if db is None:
+                raise CorruptRecordError(f"the salvaged copy {salvage_dir} no longer opens",
+                                         where=str(salvage_dir))
+            try:
+                store.load_rebuilt(_index_entries(db, salvage, remember=salvage.index), {},
+                                   None, salvage.cursor)
+            finally:
+                db.close()
+        shutil.rmtree(salvage_dir)
+        self.report.notes += [n for n in salvage.notes if n not in self.report.notes]
         wal = WalScan(sorted(self.path.glob("*.log")))
         wal.run()
         for key, value in wal.final_puts().items():
@@ -453,9 +454,6 @@ class StoreRepair:
                 self.report.lost_unnamed = gap
                 self.report.notes.append(f"{gap} message(s) were in a damaged table file of "
                                          f"the index: their names are unreadable")
-        shutil.rmtree(salvage_dir)
-        with self.store_cls.open(result, self.config.replace(rocksdb_layout="inline")) as store:
-            store.load_rebuilt(salvage.index, {}, None, salvage.cursor)
         self.report.recovered = len(salvage.index)
 
     @staticmethod
@@ -566,6 +564,30 @@ def _readable_key(seg: S.SegmentFile, offset: int) -> bytes | None:
     except RocksTimerError:
         return None
     return key
+
+
+def _index_entries(db: Rdict, found: Salvage, remember: dict | None = None):
+    """The readable (key, value) pairs of the salvaged index, in key order; a damaged table
+    ends the walk (noted in ``found``). ``remember`` gets each key (membership only)."""
+    n = 0
+    try:
+        timer = db.get_column_family(TIMER_CF)
+        it = timer.iter(ReadOptions())
+        try:
+            it.seek_to_first()
+            while it.valid():
+                key = bytes(it.key())
+                if remember is not None:
+                    remember[key] = b""
+                yield key, bytes(it.value())
+                n += 1
+                it.next()
+            it.status()
+        finally:
+            del it, timer
+    except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exception
+        found.index_complete = False
+        found.notes.append(f"the old index is readable only up to {n} entries: {exc}")
 
 
 def _open_salvage(salvage_dir: Path, found: Salvage) -> Rdict | None:

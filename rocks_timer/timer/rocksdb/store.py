@@ -379,8 +379,8 @@ class RocksTimerStore(KeyedRocksOps):
         from rocks_timer.timer.rocksdb.recovery import StoreRepair
         return StoreRepair(cls, Path(path), config, data_dir_in_use, rebuild).run()
 
-    def load_rebuilt(self, entries: dict[bytes, bytes], segment_rows: dict[int, bytes],
-                     next_id: int | None, cursor: bytes) -> None:
+    def load_rebuilt(self, entries: Iterable[tuple[bytes, bytes]] | dict[bytes, bytes],
+                     segment_rows: dict[int, bytes], next_id: int | None, cursor: bytes) -> None:
         """Repair only: fill this new, empty store with an index rebuilt from value segments
         (index values, liveness rows, the next segment id, the salvaged cursor). The pending
         count follows the entries; the reconcile offset restarts at 0, so the next open drops
@@ -389,7 +389,8 @@ class RocksTimerStore(KeyedRocksOps):
         with self._lock:
             self._check_open()
             batch, n = WriteBatch(raw_mode=True), 0
-            for key, value in entries.items():
+            pairs = entries.items() if isinstance(entries, dict) else entries
+            for key, value in pairs:
                 batch.put(key, value, self._timer_h)
                 n += 1
                 if n % 50_000 == 0:
@@ -399,7 +400,7 @@ class RocksTimerStore(KeyedRocksOps):
                 batch.put(K.segment_meta_key(seg_id), row, self._meta_h)
             if next_id is not None:
                 batch.put(K.META_VLOG_NEXT_ID, rocks_meta.pack_u64(next_id), self._meta_h)
-            self._finish_rebuilt(batch, len(entries), cursor)
+            self._finish_rebuilt(batch, n, cursor)
 
     def _finish_rebuilt(self, batch: WriteBatch, pending: int, cursor: bytes) -> None:
         batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
