@@ -18,6 +18,8 @@ repair, which then exits non-zero. No cancelled message is delivered.
     kill -9 inside repair (each    the next repair finishes: all     same
       step)
     ENOSPC at open / in repair     StorageIOError, nothing changed   same (root + tmpfs only)
+    EACCES/EPERM where repair      StorageIOError, nothing changed   same
+      writes
     repair --rebuild of a healthy  the rebuilt count = pending: the  same (salvaged index)
       store                          removal records hold
     crash inside a reschedule or   voided at open; a rebuild gives   -
@@ -451,3 +453,31 @@ def test_the_removal_and_void_record_sizes():
     assert S.removal_offsets(key, value) == [7, 1 << 31] and S.void_range(key, value) is None
     key, value, _ = S.parse(S.frame_void(5, 9), 0, "t")
     assert S.void_range(key, value) == (5, 9) and S.removal_offsets(key, value) is None
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_permission_error_is_not_repaired(tmp_path, layout):
+    """EACCES/EPERM where the repair must write: reported as the disk refusing, nothing changed
+    (root: the immutable attribute, which even root cannot write through; others: mode 0500)."""
+    seeded = seed(tmp_path, layout, n=40, flush_at=20)
+    (timer_dir(tmp_path) / "CURRENT").unlink()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    if os.geteuid() == 0:
+        done = subprocess.run(["chattr", "+i", str(tmp_path)], capture_output=True)
+        if done.returncode != 0:
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"chattr +i failed: {done.stderr!r}")
+            pytest.skip("running as root on a file system without chattr +i")
+        undo = ["chattr", "-i", str(tmp_path)]
+    else:
+        tmp_path.chmod(0o500)
+        undo = ["chmod", "700", str(tmp_path)]
+    try:
+        code, report = repair(tmp_path)
+    finally:
+        subprocess.run(undo, check=True)
+    assert code == 1 and "not damage" in report.get("error", ""), report
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    code, report = repair(tmp_path)
+    assert code == 0 and report["lost"] == [], report
+    holds(seeded, deliver_all(tmp_path, layout))
