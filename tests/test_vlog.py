@@ -314,3 +314,39 @@ def test_a_release_cut_between_the_unlink_and_the_row_is_finished_on_the_next_op
         assert store.vlog.segments == {}
         assert store.stats().extra["vlog_released_segments"] == len(ids)
         assert store.check()["problems"] == []
+
+
+def test_a_relocation_copy_of_a_record_cancelled_meanwhile_is_never_rebuilt(path):
+    """Issue 30: the copy relocation wrote for a record cancelled while it copied is never
+    indexed; it gets a removal record, so a rebuild from the segments does not resurrect it
+    once the original's segment is gone."""
+    with open_vlog(path, vlog_reclaim_live_pct=50) as store:
+        handles = []
+        for start in range(0, 300, 50):
+            handles += [s.handle for s in store.schedule(
+                [rec(i, T0 + 3 * DAY_MS + i, body=body(i)) for i in range(start, start + 50)], T0)]
+        for i, handle in enumerate(handles):
+            if i % 5:
+                assert store.cancel(handle, T0) is True
+        real = store.vlog.append_long
+
+        def copy_then_cancel(day, records, now_ms):  # a cancel lands while relocation copies
+            out = real(day, records, now_ms)
+            if not cancelled:
+                cancelled.append(store.cancel(handles[0], T0 + DAY_MS))
+            return out
+        cancelled = []
+        store.vlog.append_long = copy_then_cancel
+        try:
+            store.maintain(T0 + DAY_MS)  # seals the segments and relocates them
+            store.wait_for_maintenance()
+            store.relocate(T0 + DAY_MS)
+        finally:
+            del store.vlog.append_long
+        assert cancelled == [True] and store.check()["problems"] == []
+        pending = store.pending_count()
+    report = RocksTimerStore.repair(path, SMALL_SEGMENTS, rebuild=True).as_dict()
+    assert report["ok"] and report["recovered"] == pending == 59, (report["notes"], pending)
+    with open_vlog(path) as store:
+        got = deliver_all(store, T0 + 5 * DAY_MS)
+        assert sorted(int(r.message.body[:8]) for r in got) == list(range(5, 300, 5))

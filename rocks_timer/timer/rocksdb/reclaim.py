@@ -273,7 +273,8 @@ def _repoint(store: "RocksTimerStore", target: Segment, group: list, offsets: li
         changes.add(target.id, 0, 0)
         for (key, _, seen), offset, now_value in zip(group, offsets, now_values):
             if now_value is None or bytes(now_value) != seen or key in store._in_flight:
-                continue  # changed while we copied: the copy is dead
+                changes.orphan(target.id, offset)  # changed while we copied: the copy is dead
+                continue
             new_value = I.repoint(seen, target.id, offset)
             batch.put(key, new_value, store._timer_h)
             changes.drop(seen)
