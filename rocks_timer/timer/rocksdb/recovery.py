@@ -127,6 +127,7 @@ class Salvage:
     index: dict[bytes, bytes] = field(default_factory=dict)
     index_complete: bool = True
     keys: dict[bytes, list[str]] = field(default_factory=dict)  # timer key -> its KEYS (meta)
+    counters: dict[bytes, bytes] = field(default_factory=dict)  # the vlog's figures, kept
     rebuilt_manifest: bool = False  # RocksDB's repair had to make the copy openable
     wal_clean: bool = False  # the copy opened without skipping a WAL record: its rows' ends
     # are exact, so value-segment bytes past them were never indexed (never acknowledged)
@@ -329,6 +330,8 @@ class StoreRepair:
             found.cursor = bytes(cursor) if cursor is not None else b""
             found.pending = int.from_bytes(bytes(pending), "big") if pending else None
             found.next_id = int.from_bytes(bytes(next_id), "big") if next_id else 1
+            found.counters = {name: bytes(value) for name, value in zip(
+                K.META_VLOG_COUNTERS, meta.get(list(K.META_VLOG_COUNTERS))) if value is not None}
             it = meta.iter(ReadOptions())
             try:
                 it.seek(K.META_KEY_INDEX_PREFIX)
@@ -414,7 +417,7 @@ class StoreRepair:
                                             max(max_due, old[6] if old else 0))
         next_id = max([salvage.next_id, *(i + 1 for i in scan.sizes)])
         with self.store_cls.open(result, config) as store:
-            store.load_rebuilt(entries, seg_rows, next_id, cursor)
+            store.load_rebuilt(entries, seg_rows, next_id, cursor, salvage.counters)
         self.report.recovered = len(entries)
 
     def _inline_result(self, salvage: Salvage, salvage_dir: Path, result: Path) -> None:

@@ -380,9 +380,11 @@ class RocksTimerStore(KeyedRocksOps):
         return StoreRepair(cls, Path(path), config, data_dir_in_use, rebuild).run()
 
     def load_rebuilt(self, entries: Iterable[tuple[bytes, bytes]] | dict[bytes, bytes],
-                     segment_rows: dict[int, bytes], next_id: int | None, cursor: bytes) -> None:
+                     segment_rows: dict[int, bytes], next_id: int | None, cursor: bytes,
+                     counters: dict[bytes, bytes] | None = None) -> None:
         """Repair only: fill this new, empty store with an index rebuilt from value segments
-        (index values, liveness rows, the next segment id, the salvaged cursor). The pending
+        (index values, liveness rows, the next segment id, the salvaged cursor, the vlog's
+        counters). The pending
         count follows the entries; the reconcile offset restarts at 0, so the next open drops
         every key whose stamped copy is in the CommitLog; the key index and due counters are
         built by the next open (their marker is removed). Synced before it returns."""
@@ -400,6 +402,8 @@ class RocksTimerStore(KeyedRocksOps):
                 batch.put(K.segment_meta_key(seg_id), row, self._meta_h)
             if next_id is not None:
                 batch.put(K.META_VLOG_NEXT_ID, rocks_meta.pack_u64(next_id), self._meta_h)
+            for name, value in (counters or {}).items():  # figures (stats), carried over
+                batch.put(name, value, self._meta_h)
             self._finish_rebuilt(batch, n, cursor)
 
     def _finish_rebuilt(self, batch: WriteBatch, pending: int, cursor: bytes) -> None:
