@@ -382,12 +382,12 @@ class RocksTimerStore(KeyedRocksOps):
     def load_rebuilt(self, entries: Iterable[tuple[bytes, bytes]] | dict[bytes, bytes],
                      segment_rows: dict[int, bytes], next_id: int | None, cursor: bytes,
                      counters: dict[bytes, bytes] | None = None) -> None:
-        """Repair only: fill this new, empty store with an index rebuilt from value segments
-        (index values, liveness rows, the next segment id, the salvaged cursor, the vlog's
-        counters). The pending
-        count follows the entries; the reconcile offset restarts at 0, so the next open drops
-        every key whose stamped copy is in the CommitLog; the key index and due counters are
-        built by the next open (their marker is removed). Synced before it returns."""
+        """Repair only: fill this new, empty store with an index rebuilt elsewhere (index
+        values, liveness rows, the next segment id, the salvaged cursor, the vlog's counters).
+        The pending count follows the entries; the reconcile offset restarts at 0, so the next
+        open drops every key whose stamped copy is in the CommitLog; the key index and due
+        counters are built by the next open (their marker is removed). Synced before it
+        returns."""
         with self._lock:
             self._check_open()
             batch, n = WriteBatch(raw_mode=True), 0
