@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from cli import grpc_front, render
-from cli.durations import InputError, parse_time_ms
+from cli.durations import InputError, format_ms, parse_time_ms
 from cli.session import Settings, call
 from cli.remote import BrokerSocketServer, socket_path
 
@@ -26,7 +26,9 @@ def run(settings: Settings, grpc_listen: str | None) -> None:
 
     Delivers timer and level messages as they come due, answers the other rtimer
     commands over <data-dir>/rtimer.sock (mode 0600, removed on stop), and serves
-    RocketMQ 5 clients over gRPC (--grpc-listen).
+    RocketMQ 5 clients over gRPC (--grpc-listen). When delivery keeps failing (a damaged
+    store, a full disk) it backs off, logs one line per failure kind per minute and shows
+    it in `rtimer stats`; stopped while delivery was failing, it exits 1.
 
     Example: rtimer --data-dir ./data run --grpc-listen 127.0.0.1:8081
     """
@@ -49,6 +51,16 @@ def run(settings: Settings, grpc_listen: str | None) -> None:
                     if front is not None:
                         front.stop()
             stats = broker.stats()
+            failing = broker.health.failing(delivery_only=True)
+        if failing:  # a supervisor must see that due messages were left undelivered
+            for failure in failing:
+                click.echo(render.printable(
+                    f"rtimer: stopped while delivery was failing: {failure['kind']}, "
+                    f"{failure['count']} time(s) in a row since "
+                    f"{format_ms(failure['since_ms'])}: {failure['last_error']}"), err=True)
+            click.echo(f"rtimer: stopped ({stats['pending']} pending, {stats['delivered']} "
+                       "timer messages delivered this run); delivery FAILED, see above")
+            raise SystemExit(1)
         click.echo(f"rtimer: stopped cleanly ({stats['pending']} pending, "
                    f"{stats['delivered']} timer messages delivered this run)")
     finally:

@@ -17,8 +17,8 @@ repair, which then exits non-zero. No cancelled message is delivered.
     timer-rocksdb/ removed         refused; repair: empty, exit 1    same
     kill -9 inside repair (each    the next repair finishes: all     same
       step)
-    ENOSPC at open / in repair     StorageIOError, nothing changed   same (root + tmpfs only)
-    EACCES/EPERM where repair      StorageIOError, nothing changed   same
+    ENOSPC at open / in repair     StoreIOError, nothing changed   same (root + tmpfs only)
+    EACCES/EPERM where repair      StoreIOError, nothing changed   same
       writes
     repair --rebuild of a healthy  the rebuilt count = pending: the  same (salvaged index)
       store                          removal records hold
@@ -431,16 +431,16 @@ def test_a_removal_cut_short_by_a_crash_is_never_half_rebuilt(tmp_path, cut):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_a_full_disk_at_open_is_not_called_damage(small_fs, layout):
     """Issue 30: a full disk at open was reported as "damaged, run `rtimer repair`"."""
-    from rocks_timer import StorageIOError
+    from rocks_timer import StoreIOError
     data = small_fs / "data"
     seeded = seed(data, layout, n=60)
     _fill(small_fs)
     done = rtimer(data, "stats")
     assert done.returncode != 0 and "Traceback" not in done.stderr
-    assert "not damage" in done.stderr and "run `rtimer repair`" not in done.stderr, done.stderr
-    with pytest.raises((StorageIOError, OSError)) as refused:
+    assert "not damage" in done.stderr and "is damaged" not in done.stderr, done.stderr
+    with pytest.raises((StoreIOError, OSError)) as refused:
         Broker.open(data, BrokerConfig(rocksdb_layout=layout)).close()
-    assert "run `rtimer repair`" not in str(refused.value)
+    assert "is damaged" not in str(refused.value)
     (small_fs / "filler").unlink()
     holds(seeded, deliver_all(data, layout))
 

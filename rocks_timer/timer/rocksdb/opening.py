@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import Options, Rdict
 
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import (ConfigError, CorruptRecordError, RocksTimerError, StorageIOError,
+from rocks_timer.errors import (ConfigError, CorruptRecordError, RocksTimerError,
                                 StoreLockedError)
 from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
 from rocks_timer.timer.rocksdb.profiles import index_options as profile_index_options
 from rocks_timer.timer.rocksdb.profiles import meta_options
+from rocks_timer.timer.rocksdb.status import storage_io_error
 
 if TYPE_CHECKING:
     from rocks_timer.timer.rocksdb.store import RocksTimerStore
@@ -34,21 +35,16 @@ REPAIR_HINT = ("stop the broker, then run `rtimer repair` (it builds a repaired 
 _ROCKS_DATA = (".sst", ".log", ".blob")
 
 
-_IO_MARKERS = ("No space left", "Permission denied", "Read-only file system",
-               "Input/output error", "Disk quota exceeded", "Too many open files")
-
-
 def rocks_error(path: Path, text: str) -> Exception:
     """The error of the error tree a RocksDB status message means: the store locked, the disk
-    refusing (no space, no permission: ``StorageIOError``, never taken for damage), damage
+    refusing (``StoreIOError``, status.py: never taken for damage), damage
     (``CorruptRecordError`` naming ``rtimer repair``), or anything else (``ConfigError``)."""
     if any(marker in text for marker in _LOCK_MARKERS):
         return StoreLockedError(f"timer store {path} is in use by another process or another "
                                 f"open store in this process (RocksDB: {text})")
-    if any(marker in text for marker in _IO_MARKERS):
-        return StorageIOError(f"timer store {path}: the disk refused an operation (RocksDB: "
-                              f"{text}); this is not damage: free space or fix the permissions, "
-                              f"then open it again (`rtimer repair` is not needed)")
+    io_error = storage_io_error(text, f"timer store {path}")
+    if io_error is not None:  # before the damage test: a full disk names MANIFEST too
+        return io_error
     if "Corruption" in text or "MANIFEST" in text or "CURRENT" in text:
         return CorruptRecordError(f"timer store {path} is damaged (RocksDB: {text}); "
                                   f"{REPAIR_HINT}", where=str(path))

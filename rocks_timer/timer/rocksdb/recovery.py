@@ -8,7 +8,7 @@ What it does, in order:
    leaves either the old store untouched (the partial result is discarded and built again) or
    a complete result that the next ``repair`` switches in: never an empty store.
 2. **Tells the disk refusing from damage.** No space, no permission, a read-only file system:
-   ``StorageIOError``, nothing changed (RocksDB's repair "repaired" such a store into an empty one).
+   ``StoreIOError``, nothing changed (RocksDB's repair "repaired" such a store into an empty one).
 3. **Leaves a healthy store alone.** A store that opens (after a crash RocksDB replays its WAL)
    and passes its invariant check is not touched: RocksDB's own repair, run without the store's
    column families, used to delete every message whose index entry was still in the WAL.
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import AccessType, DBRecoveryMode, Options, Rdict, ReadOptions
 
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import (CorruptRecordError, RocksTimerError, StorageIOError,
+from rocks_timer.errors import (CorruptRecordError, RocksTimerError, StoreIOError,
                                 StoreLockedError)
 from rocks_timer.fileio import fsync_dir
 from rocks_timer.timer import keys as K
@@ -155,11 +155,11 @@ class StoreRepair:
             return self._run()
         except OSError as exc:
             if exc.errno in _IO_ERRNOS:
-                raise StorageIOError(
+                raise StoreIOError(
                     f"repair of {self.path} stopped: {exc.strerror} ({exc.filename or ''}); "
                     f"this is the disk refusing, not damage: nothing was switched, the store "
                     f"is as it was; free space or fix the permissions and run `rtimer repair` "
-                    f"again") from None
+                    f"again", errno=exc.errno) from None
             raise
 
     def _run(self) -> RepairReport:
@@ -213,7 +213,7 @@ class StoreRepair:
             with self.store_cls.open(self.path, self.config) as store:
                 check = store.check()
                 self.report.layout = store.layout
-        except (StorageIOError, StoreLockedError):
+        except (StoreIOError, StoreLockedError):
             raise
         except Exception as exc:  # noqa: BLE001 - rocksdict raises plain Exception
             error = exc if isinstance(exc, RocksTimerError) else rocks_error(self.path, str(exc))
@@ -224,8 +224,10 @@ class StoreRepair:
         if failed is not None:
             gc.collect()  # so the next open of this directory (or of the result) is not "in use"
             kind, text = failed
-            if issubclass(kind, (StorageIOError, StoreLockedError)):
-                raise kind(text)
+            if kind is StoreLockedError:
+                raise StoreLockedError(text)
+            if kind is StoreIOError:
+                raise StoreIOError(text)
             self.report.notes.append(f"the store does not open or read cleanly: {text}")
             return None
         if check["problems"]:
