@@ -8,18 +8,20 @@ What it does, in order:
    leaves either the old store untouched (the partial result is discarded and built again) or
    a complete result that the next ``repair`` switches in: never an empty store.
 2. **Tells the disk refusing from damage.** No space, no permission, a read-only file system:
-   ``StoreIOError``, nothing changed (RocksDB's repair "repaired" such a store into an empty one).
+   ``StoreIOError``, nothing changed (issue 30: a repair on a full disk broke the store).
 3. **Leaves a healthy store alone.** A store that opens (after a crash RocksDB replays its WAL)
    and passes its invariant check is not touched: RocksDB's own repair, run without the store's
    column families, used to delete every message whose index entry was still in the WAL.
 4. **Builds beside.** The RocksDB files are copied (tables linked) into ``<store>.rebuild/salvage``
-   and opened there with WAL recovery that skips damaged records (only there: a normal open
-   refuses them); if its ``CURRENT`` is gone the newest ``MANIFEST`` is named; what can be read
-   of the index and ``meta`` is read. In the ``vlog`` layout the index is then rebuilt from the
-   value segments (linked, never copied or changed): every record holds its key, removal records
-   say which left the index (segments.py), keys below the salvaged cursor are delivered for good,
-   and the CommitLog's stamped delivered copies are reconciled again on the next open (the
-   reconcile offset restarts at 0). In the ``inline`` layout the salvaged index is the result.
+   and opened there: strictly, else with WAL recovery that skips damaged records (only there: a
+   normal open refuses them); if ``CURRENT`` is gone the newest ``MANIFEST`` is named, if the
+   manifest is unreadable RocksDB's repairer rebuilds the copy's. What can be read of ``meta``
+   and of the index is read, each on its own. In the ``vlog`` layout the index is then rebuilt
+   from the value segments (linked, never copied or changed): every record holds its key,
+   removal records say which left the index and void records which were never in it
+   (segments.py), keys below the salvaged cursor are delivered for good, and the CommitLog's
+   stamped delivered copies are reconciled again on the next open (the reconcile offset
+   restarts at 0). In the ``inline`` layout the salvaged index is streamed into a new store.
 5. **Names what it could not recover**: index entries whose record is gone, and in ``inline``
    the timer puts readable in the raw WAL that the salvage lacks (``walscan``), by msg_id, topic,
    keys and due time; a count where nothing can be named (a damaged table of an ``inline``
