@@ -481,3 +481,20 @@ def test_a_permission_error_is_not_repaired(tmp_path, layout):
     code, report = repair(tmp_path)
     assert code == 0 and report["lost"] == [], report
     holds(seeded, deliver_all(tmp_path, layout))
+
+
+def test_the_index_and_meta_both_gone_rebuild_from_the_segments_alone(tmp_path):
+    """Every RocksDB file of a vlog store removed: the value segments, their removal and void
+    records and the delivery cursor kept beside them (vlog/cursor) rebuild exactly what was
+    pending: the count is checked before any reconciliation with the CommitLog runs."""
+    seeded = seed(tmp_path, "vlog")
+    with Broker.open(tmp_path, BrokerConfig(rocksdb_layout="vlog")) as broker:
+        pending = broker.stats()["pending"]
+    for entry in timer_dir(tmp_path).iterdir():
+        if entry.is_file():
+            entry.unlink()
+    with pytest.raises(CorruptRecordError, match="no RocksDB index"):
+        Broker.open(tmp_path)
+    code, report = repair(tmp_path)
+    assert code == 0 and report["lost"] == [] and report["recovered"] == pending, report
+    holds(seeded, deliver_all(tmp_path, "vlog"))

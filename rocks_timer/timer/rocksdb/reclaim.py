@@ -64,6 +64,10 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
         if sync:
             store._last_sync_ms = now_ms
             dirty = vlog.take_dirty()
+        cursor = None
+        if now_ms - store._cursor_written_ms >= config.timer_flush_interval_ms:
+            store._cursor_written_ms = now_ms
+            cursor = store._cursor()
         vlog.seal(now_ms)
         appended = vlog.counters[K.META_VLOG_COUNTERS[0]]
         flush_meta = appended - store._meta_flushed_at >= META_FLUSH_EVERY
@@ -75,6 +79,8 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
         empty = vlog.releasable()
     if sync:  # on a thread of its own: deliveries never wait for the disk here (syncer.py)
         store._syncer.request(dirty)
+    if cursor is not None:  # outside the lock: two fsyncs every flush interval at most
+        vlog.write_cursor(cursor)
     if hints:
         vlog.will_need(hints)
     if empty:

@@ -53,6 +53,7 @@ from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb import segments as S
 from rocks_timer.timer.rocksdb.liveness import ARRIVAL, SEGMENT
 from rocks_timer.timer.rocksdb.opening import META_CF, TIMER_CF, rocks_error
+from rocks_timer.timer.rocksdb.vlog import CURSOR_FILE
 from rocks_timer.timer.rocksdb.walscan import WalScan
 from rocks_timer.timer.values import decode_value, peek_value
 
@@ -368,6 +369,12 @@ class StoreRepair:
         scan.run()
         self.report.notes += scan.notes
         cursor = salvage.cursor
+        try:  # the delivery cursor kept beside the segments (vlog.write_cursor): it outlives meta
+            kept = (vlog_dir / CURSOR_FILE).read_bytes()
+        except FileNotFoundError:
+            kept = b""
+        if kept > cursor:
+            cursor = kept
         entries: dict[bytes, bytes] = {}
         rows: dict[int, list] = {}
         for key, (seg_id, offset, length, info) in scan.live.items():

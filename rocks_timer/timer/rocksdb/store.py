@@ -117,6 +117,7 @@ class RocksTimerStore(KeyedRocksOps):
         self._relocator: threading.Thread | None = None
         self._releaser: threading.Thread | None = None
         self._last_sync_ms = 0
+        self._cursor_written_ms = 0  # vlog/cursor (reclaim.maintain_vlog)
         self._syncer = BackgroundSync(f"vlog-sync {path.name}") if self.layout == "vlog" else None
         self._prefetched_to = b""
         self._meta_flushed_at = 0
@@ -151,6 +152,7 @@ class RocksTimerStore(KeyedRocksOps):
                 return
             self._closed = True
             if self.vlog is not None:
+                self.vlog.write_cursor(self._cursor())
                 self.vlog.close()
             db = self._db
             self._due.close()
@@ -192,8 +194,8 @@ class RocksTimerStore(KeyedRocksOps):
         self._db.write(batch, self._write_opts)
 
     def _stage_removed(self, index_values: Iterable[bytes | None], batch: WriteBatch,
-                       lost: bool = False) -> dict | None:
-        return layout.stage_removed(self, index_values, batch, lost)
+                       lost: bool = False, delivered: bool = False) -> dict | None:
+        return layout.stage_removed(self, index_values, batch, lost, delivered)
 
     def _commit_removed(self, new: dict | None) -> None:
         layout.commit_removed(self, new)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rocks_timer.errors import CorruptRecordError
+from rocks_timer.fileio import replace_durably
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb.liveness import (ARRIVAL, LONG, SEGMENT, Changes, Segment,
@@ -49,6 +50,7 @@ SEG_PREFIX = K.META_VLOG_SEGMENT_PREFIX
 META_NEXT_ID = K.META_VLOG_NEXT_ID
 COUNTERS = K.META_VLOG_COUNTERS
 U64 = struct.Struct(">Q")
+CURSOR_FILE = "cursor"  # the delivery cursor, for a rebuild (write_cursor)
 COALESCE_GAP = 4096  # one prefetch hint for two records at most this many bytes apart
 _SEGMENT_OFFSET = operator.itemgetter(0, 1)
 
@@ -79,6 +81,8 @@ class ValueLog:
         self._alloc_lock = threading.RLock()
         self.missing_segments: list[int] = []
         self.voided: list[int] = []  # segments whose never-indexed tail got a void record
+        self._cursor_written: bytes | None = None
+        self._cursor_lock = threading.Lock()
         self._load(meta)
 
     # -- open -------------------------------------------------------------------------------
@@ -346,6 +350,19 @@ class ValueLog:
         return n
 
     # -- housekeeping -----------------------------------------------------------------------
+    def write_cursor(self, cursor: bytes) -> bool:
+        """Keep ``vlog/cursor`` (crash-safely replaced) at the store's delivery cursor: every key
+        below it was delivered, its copy durable in the CommitLog first (the deliverer syncs it
+        before ``complete``). A rebuild takes the larger of it and the cursor ``meta`` kept, so
+        a delivery needs no removal record while its index survives or not. A stale file only
+        makes a rebuild reconcile more from the CommitLog. Returns whether it wrote."""
+        with self._cursor_lock:
+            if cursor == self._cursor_written or not cursor:
+                return False
+            replace_durably(self.dir / CURSOR_FILE, cursor)
+            self._cursor_written = cursor
+            return True
+
     def take_dirty(self) -> list[Segment]:
         """The segments appended to since the last call (their fdatasync is the caller's)."""
         segs = [self.segments[i] for i in self.dirty if i in self.segments]
