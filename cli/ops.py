@@ -134,28 +134,18 @@ def consume(broker: Broker, data_dir: Path, *, topic: str, group: str, queue_id:
 
 
 def stats(broker: Broker, data_dir: Path) -> dict[str, Any]:
-    """``Broker.stats()`` plus pending counts per topic (from scan pages, bounded)."""
+    """``Broker.stats()`` plus pending counts per topic (``Broker.pending_by_topic``, bounded)."""
     figures = broker.stats()
-    per_topic: dict[str, int] = {}
-    walked = 0
-    after = None
     try:
-        while walked < STATS_PENDING_LIMIT:
-            page = broker.scan(limit=SCAN_PAGE, after=after)
-            for entry in page:
-                per_topic[entry.topic] = per_topic.get(entry.topic, 0) + 1
-            walked += len(page)
-            after = page.next_after
-            if after is None:
-                break
-    except RocksTimerError as exc:  # a damaged store: the counts so far, and why they stop
+        per_topic, complete = broker.pending_by_topic(STATS_PENDING_LIMIT)
+    except RocksTimerError as exc:  # a damaged store: no per-topic counts, and why
         broker.health.failed(PENDING_BY_TOPIC, exc, quiet=True)
         figures["health"] = broker.health.as_dict()
-        after = ""
+        per_topic, complete = {}, False
     else:
         broker.health.recovered(PENDING_BY_TOPIC)
-    figures["pending_by_topic"] = dict(sorted(per_topic.items()))
-    figures["pending_by_topic_complete"] = after is None
+    figures["pending_by_topic"] = per_topic
+    figures["pending_by_topic_complete"] = complete
     figures["data_dir"] = str(data_dir)
     queues = {(q.topic, q.queue_id): q for q in broker.messages.queues.all()
               if not is_system_topic(q.topic)}

@@ -114,6 +114,8 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
         self._buffered = 0
         self.counters = {"accepted": 0, "refused": 0, "evicted": 0, "idle_closed": 0,
                          "over_limit": 0, "disconnected": 0}
+        self.requests: dict[str, int] = {}  # per op (``run_op``); "unknown" for the others
+        self.errors: dict[str, int] = {}
         if self.path.exists() or self.path.is_symlink():
             self.path.unlink()  # stale: we hold the data-dir lock, so nobody else serves it
         old_umask = os.umask(0o177)  # the socket is born 0600; nobody else can connect
@@ -246,12 +248,25 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
     def run_op(self, name: str, args: dict[str, Any]) -> Any:
         """Run one op of :data:`cli.ops.OPS` (one at a time) and return its JSON document."""
         if name not in ops.OPS:
+            self.requests["unknown"] = self.requests.get("unknown", 0) + 1
+            self.errors["unknown"] = self.errors.get("unknown", 0) + 1
             raise RemoteError(f"unknown op {name!r}; known: {', '.join(ops.OPS)}")
-        with self._op_lock:
+        with self._op_lock:  # also guards the request counters (the metrics read copies)
+            self.requests[name] = self.requests.get(name, 0) + 1
             if self._stopped:
+                self.errors[name] = self.errors.get(name, 0) + 1
                 raise StoreClosedError(f"the broker on {self.data_dir} is stopping")
-            result = ops.run(name, self.broker, self.data_dir, args)
+            try:
+                result = ops.run(name, self.broker, self.data_dir, args)
+            except Exception:
+                self.errors[name] = self.errors.get(name, 0) + 1
+                raise
         return json.loads(json.dumps(result, default=str))
+
+    def request_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Requests and failed requests per op since start (for the metrics endpoint)."""
+        with self._op_lock:
+            return dict(self.requests), dict(self.errors)
 
     def answer(self, line: bytes) -> dict[str, Any]:
         try:

@@ -162,6 +162,12 @@ def stats(figures: dict[str, Any]) -> None:
                                   f"delivered {figures['delivered']} timer / {level_delivered} "
                                   f"level; cancelled {figures['cancelled']}; in flight "
                                   f"{figures['in_flight']}; failed puts {figures['failed_puts']}"))
+    deliveries = figures.get("deliveries")
+    if deliveries:  # a broker of this version: lateness and early deliveries since start
+        late = deliveries["lateness_ms"]
+        seen = (f"mean {late['sum'] / late['count']:.1f} ms over {late['count']} deliveries"
+                if late["count"] else "no timer delivery yet")
+        lines.append(("lateness", f"{seen}; early {deliveries['early']} (must be 0)"))
     lines.append(("timer writes", ", ".join(f"{k} {size(v)}" for k, v in
                                             timer["bytes_written"].items()) + " (since open)"))
     if figures["engine"] == "rocksdb":

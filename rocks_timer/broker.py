@@ -12,6 +12,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -30,7 +31,9 @@ from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, is_data_dir_o
                                  private_dir, release_owner_only_umask, tighten)
 from rocks_timer.routing import route, route_batch
 from rocks_timer.timer.deliverer import Deliverer
+from rocks_timer.timer.histogram import bound_counts
 from rocks_timer.timer.store import ScanPage, TimerStore, maker, new_timer_record
+from rocks_timer.timer.tally import DelayTally
 
 log = logging.getLogger(__name__)
 _RETENTION_EVERY_MS = 10_000
@@ -107,7 +110,9 @@ class Broker(KeyedOperations):
 
     def __init__(self, path: Path | str, config: BrokerConfig | None = None,
                  clock: Clock | None = None):
+        opening = time.monotonic()
         self.path = Path(path)
+        self.previous_stop_clean: bool | None = None  # set by _lock_data_dir
         self.config = (config or datadir.adopt(path, BrokerConfig())).validate()
         self.clock = clock or SystemClock()
         hold_owner_only_umask()  # RocksDB's own files get 0600 too (rocks_timer.private)
@@ -135,6 +140,7 @@ class Broker(KeyedOperations):
         self._async_flush = self.config.flush_disk_type == "async"
         self.sent = {"immediate": 0, "level": 0, "timer": 0}
         self.cancelled = 0
+        self.delays = DelayTally()  # the delays timer messages are sent with, per batch
         self.health = Health(self.clock, self.config.failure_log_interval_ms,
                              self.config.service_retry_max_backoff_ms)
         try:
@@ -157,6 +163,9 @@ class Broker(KeyedOperations):
             self._close_opened()
             self._release()
             raise
+        # how long the open took: after an unclean stop, that is the recovery (CommitLog and
+        # ConsumeQueue repair, the engine's own recovery, the deliverer's reconcile)
+        self.open_ms = round((time.monotonic() - opening) * 1000)
 
     @classmethod
     def open(cls, path: Path | str, config: BrokerConfig | None = None,
@@ -173,6 +182,8 @@ class Broker(KeyedOperations):
             os.close(fd)
             raise StoreLockedError(f"data dir {self.path} is in use by pid {holder}; stop it or "
                                    "talk to it (rtimer commands do)") from None
+        # a clean close empties the lock file; a pid left in it means the last run did not close
+        self.previous_stop_clean = not os.pread(fd, 64, 0).strip()
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
@@ -187,8 +198,10 @@ class Broker(KeyedOperations):
                 except Exception:  # noqa: BLE001 - the open's own error is the one to raise
                     log.exception("closing %s after a failed open", part)
 
-    def _release(self) -> None:
+    def _release(self, clean: bool = False) -> None:
         if self._lock_fd is not None:
+            if clean:
+                os.ftruncate(self._lock_fd, 0)
             os.close(self._lock_fd)
             self._lock_fd = None
         if not getattr(self, "_umask_released", False):
@@ -243,6 +256,7 @@ class Broker(KeyedOperations):
             (m.msg_id, s.handle, due, m.topic, m.queue_id or 0, name)
             for due, s, m in zip(dues, scheduled, messages)]))
         self.sent["timer"] += len(routes)
+        self.delays.add(dues, now_ms)
         if any([s.key_due_ms < wake_at for s in scheduled]):
             self._wake.set()
         return results
@@ -283,9 +297,42 @@ class Broker(KeyedOperations):
         self._check_open()
         return self.messages.pull(topic, queue_id, offset, max_messages)
 
+    def pull_page(self, topic: str, queue_id: int = 0, offset: int = 0, max_messages: int = 32
+                  ) -> tuple[list[Message], int]:
+        """``pull`` and the queue offset to pull from next (past every entry looked at,
+        unreadable ones included), for consumers that keep their own position."""
+        self._check_open()
+        return self.messages.pull_page(topic, queue_id, offset, max_messages)
+
     def max_offset(self, topic: str, queue_id: int = 0) -> int:
         cq = self.messages.consume_queue(topic, queue_id)
         return cq.max_offset if cq else 0
+
+    def min_offset(self, topic: str, queue_id: int = 0) -> int:
+        """The first queue offset still readable (retention moves it up)."""
+        cq = self.messages.consume_queue(topic, queue_id)
+        return cq.min_offset if cq else 0
+
+    def message_at(self, commitlog_offset: int) -> Message:
+        """The stored message at ``commitlog_offset``: KeyError outside the log,
+        CorruptRecordError where no whole record starts there."""
+        self._check_open()
+        return self.messages.get_message(commitlog_offset)
+
+    def watch_arrivals(self, callback) -> None:
+        """Call ``callback(topics)`` whenever messages land on ``topics`` (long polling wakes on
+        it). It runs on the CommitLog's writing thread: keep it quick, never block."""
+        self.messages.arrival_listeners.append(callback)
+
+    def unwatch_arrivals(self, callback) -> None:
+        try:
+            self.messages.arrival_listeners.remove(callback)
+        except ValueError:
+            pass
+
+    def topics(self) -> set[str]:
+        """Every topic with a ConsumeQueue (the topics messages were stored on)."""
+        return {cq.topic for cq in self.messages.queues.all()}
 
     # -- services -----------------------------------------------------------------------------
     def tick(self, now_ms: int | None = None) -> int:
@@ -417,8 +464,12 @@ class Broker(KeyedOperations):
                 self.levels.close()
             self.timer.close()
             self.messages.close()
+            clean = True
+        except BaseException:
+            clean = False
+            raise
         finally:
-            self._release()
+            self._release(clean)
 
     def __enter__(self) -> "Broker":
         return self
@@ -461,7 +512,37 @@ class Broker(KeyedOperations):
             "commitlog": self.messages.stats(),
             "levels": self.levels.stats() if self.levels is not None else None,
             "clamped_consumer_offsets": list(self.clamped_offsets),
+            "deliveries": self.deliverer.tally.as_dict(),
+            "send_delays_ms": self.delays.as_dict(),
+            "open": {"open_ms": self.open_ms, "previous_stop_clean": self.previous_stop_clean},
         }
+
+    def pending_by_topic(self, max_entries: int = 100_000) -> tuple[dict[str, int], bool]:
+        """Pending timer messages per topic, and whether the count is complete: pending entries
+        walked in due order (keys only where the engine can), at most ``max_entries`` (False
+        and a partial count past that)."""
+        self._check_open()
+        by_keys = getattr(self.timer, "count_by_topic", None)  # a walk of keys only (RocksDB)
+        if by_keys is not None:
+            return by_keys(max_entries)
+        counts: dict[str, int] = {}
+        after, seen = None, 0
+        while seen < max_entries:
+            page = self.timer.scan(limit=min(10_000, max_entries - seen), after=after)
+            for entry in page:
+                counts[entry.topic] = counts.get(entry.topic, 0) + 1
+            seen += len(page)
+            after = page.next_after
+            if after is None:
+                return dict(sorted(counts.items())), True
+        return dict(sorted(counts.items())), False
+
+    def due_snapshot(self, bounds_s: tuple[int, ...]) -> dict[int | None, int]:
+        """Pending counts by due bound from now (RocketMQ's timer message snapshot, without
+        its 24 h cap): key b counts due times in [previous bound, b) seconds from now rounded up
+        to the whole second, the first from the past; key None the rest."""
+        self._check_open()
+        return bound_counts(self.timer, self.clock.now_ms(), bounds_s)
 
     def _figure(self, where: str, read: Any) -> Any:
         """``read()``, or None when the timer store cannot answer it (the error goes to

@@ -168,8 +168,8 @@ def test_a_body_as_large_as_the_broker_takes_reaches_a_running_broker(data, tmp_
     body.write_bytes(big)
     rt(data, "--config", str(conf), "send", "warm", "x")  # creates the data dir
     proc = subprocess.Popen([*RTIMER, "--data-dir", str(data), "--config", str(conf), "run",
-                             "--grpc-listen", "off"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             "--grpc-listen", "off", "--remoting-listen", "off"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert "broker running" in proc.stdout.readline()
         done = subprocess.run([*RTIMER, "--data-dir", str(data), "--config", str(conf), "send",

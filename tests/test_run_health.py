@@ -70,7 +70,8 @@ def test_run_on_a_corrupt_sst_backs_off_logs_little_shows_health_and_exits_1(dam
     config = tmp_path / "broker.toml"
     config.write_text(f"failure_log_interval_ms = {LOG_INTERVAL_MS}\n")
     proc = subprocess.Popen([*RTIMER, "--data-dir", str(damaged), "--config", str(config),
-                             "run", "--grpc-listen", "off"], cwd=ROOT, stdout=subprocess.PIPE,
+                             "run", "--grpc-listen", "off", "--remoting-listen", "off"],
+                            cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         assert "broker running" in proc.stdout.readline()

@@ -164,6 +164,12 @@ class GrpcFront:
             figures["per_connection"] = self.service.limits.stats()
         return figures
 
+    def request_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Requests and failed requests per unary RPC since start (for the metrics endpoint)."""
+        if self.service is None:
+            return {}, {}
+        return dict(self.service.requests), dict(self.service.errors)
+
     def __enter__(self) -> "GrpcFront":
         return self.start()
 

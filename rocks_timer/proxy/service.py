@@ -56,15 +56,21 @@ def answers(response: Callable[..., Any], handle_code: int = Code.INVALID_RECEIP
     TOO_MANY_REQUESTS at once to a connection holding its limit of calls (``PeerLimits``;
     ``limited=False``: a call that must get through to end the others, as a termination)."""
     def wrap(handler):
+        name = handler.__name__
+
         @functools.wraps(handler)
         async def run(self, request, context):
+            # counted on the front's event loop thread: no lock (the metrics read copies)
+            self.requests[name] = self.requests.get(name, 0) + 1
             with self.limits.hold(context.peer(), CALLS if limited else None) as admitted:
-                if not admitted:
+                if not admitted:  # refused at once: a failed request too
+                    self.errors[name] = self.errors.get(name, 0) + 1
                     return response(status=status(Code.TOO_MANY_REQUESTS,
                                                   self.limits.refusal(CALLS)))
                 try:
                     return await handler(self, request, context)
                 except Exception as exc:  # noqa: BLE001 - every failure is a RocketMQ status
+                    self.errors[name] = self.errors.get(name, 0) + 1
                     return response(status=from_exception(exc, handle_code))
         return run
     return wrap
@@ -84,6 +90,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.metrics = metrics  # the broker takes client metrics (see metrics_sink)
         self.host = endpoints.addresses[0].host if endpoints.addresses else ""
         self.recent = RecentSends()
+        self.requests: dict[str, int] = {}  # per unary RPC (``answers``)
+        self.errors: dict[str, int] = {}  # of those, the ones answered with a failure status
         self.max_attempts: dict[str, int] = {}
         self.polls: dict[str, set[_Poll]] = {}  # client id -> its long polls in progress
 

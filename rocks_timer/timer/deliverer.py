@@ -26,6 +26,7 @@ from rocks_timer.message import TIMER_OUT_MS, UNIQ_KEY, is_system_topic
 from rocks_timer.message_store import MessageStore
 from rocks_timer.timer.delivery import delivery_copy_py
 from rocks_timer.timer.store import DueRecord, TimerKey, TimerStore, join_records
+from rocks_timer.timer.tally import DeliveryTally
 
 log = logging.getLogger(__name__)
 _RECONCILE_CHUNK = 10_000
@@ -56,6 +57,7 @@ class Deliverer:
         self.delivered = 0
         self.failed_puts = 0
         self.last_lateness_ms = 0
+        self.tally = DeliveryTally()  # lateness, early and per-topic counts, per batch
         # True for an engine whose ``complete`` durably deletes (RocksDB); the wheel forgets at
         # its checkpoint, which syncs the CommitLog first; the memory store forgets everything
         self._forgets_on_complete = getattr(store, "forgets_on_complete", True)
@@ -158,6 +160,8 @@ class Deliverer:
                 finished.add(id(put))
                 end = max(end or 0, results.end_offset)  # written contiguously, in order
                 self.last_lateness_ms = now_ms - put.records[-1].key.due_ms
+                if results:
+                    self.tally.add(put.records, results[-1].store_ms)
             else:
                 self.failed_puts += 1
                 backoff = min(100 * put.attempts, self.config.timer_put_retry_max_backoff_ms)

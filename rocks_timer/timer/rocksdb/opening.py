@@ -15,6 +15,7 @@ from rocksdict import Options, Rdict
 from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import (ConfigError, CorruptRecordError, RocksTimerError,
                                 StoreLockedError)
+from rocks_timer.fileio import mkdir_durably
 from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
@@ -77,7 +78,7 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
     path = Path(path)
     style = compaction_style(config.rocksdb_profile)  # ConfigError for an unknown profile
     refuse_damaged(path)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mkdir_durably(path)  # RocksDB fsyncs the directory's entries, not its name
     db_options = build_options(config.rocksdb_profile)
     try:
         index_style, meta_style = rocks_meta.compactions(path, config.rocksdb_layout,

@@ -19,8 +19,9 @@ early bodies' space. A segment is sealed when it is not open; a sealed segment w
 record is deleted (``release``) once its zero count is durable and re-read from RocksDB.
 
 Crash order: record bytes appended (fdatasync'd first in sync mode) → index batch (with the
-segment's new ``end``) → release; a removal (delivery, cancel, reschedule, relocation) appends
-its removal record to the removed record's segment before its index batch (segments.py). On
+segment's new ``end``) → release; a removal (cancel, reschedule, reconcile, relocation; not a
+delivery: ``vlog/cursor`` covers those) appends its removal record to the removed record's
+segment before its index batch (segments.py). On
 open, bytes past ``end`` were never indexed: they are kept, not cut (appends go on after them;
 ``rtimer repair`` reads them); a file shorter than ``end`` (power cut in async mode) is
 reported, and the index entries pointing past it are set aside when they are claimed.
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rocks_timer.errors import CorruptRecordError
-from rocks_timer.fileio import replace_durably
+from rocks_timer.fileio import fsync_dir, mkdir_durably, replace_durably
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb.liveness import (ARRIVAL, LONG, SEGMENT, Changes, Segment,
@@ -87,7 +88,7 @@ class ValueLog:
 
     # -- open -------------------------------------------------------------------------------
     def _load(self, meta: Any) -> None:
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mkdir_durably(self.dir)
         raw = meta.get(META_NEXT_ID)
         self.next_id = U64.unpack(raw)[0] if raw is not None else 1
         if raw is not None:
@@ -408,9 +409,10 @@ class ValueLog:
                 gone.append(seg)
         return gone
 
-    @staticmethod
-    def unlink(segs: list[Segment]) -> None:
-        """Close and delete the files of detached segments."""
+    def unlink(self, segs: list[Segment]) -> None:
+        """Close and delete the files of detached segments; the directory is fsynced after, so
+        an unlink a power cut would undo never outlives the row forgotten next (a file back
+        without its row would hold records no index knows, DESIGN §6c)."""
         for seg in segs:
             if seg.file is not None:
                 seg.file.close()
@@ -418,6 +420,8 @@ class ValueLog:
                     seg.file.path.unlink()
                 except FileNotFoundError:
                     pass
+        if segs:
+            fsync_dir(self.dir)
 
     def forget(self, segs: list[Segment], batch: Any) -> int:
         """The rows of detached, unlinked segments go into ``batch``; returns bytes freed."""
