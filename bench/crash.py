@@ -3,6 +3,13 @@ deliver, restart, and check exactly-once delivery.
 
     python -m bench.crash --trials 200                    # the soak (vlog layout, the default)
     python -m bench.crash --trials 200 --layout inline    # the inline layout
+    python -m bench.crash --trials 200 --repair-every 10 --kill-in-repair   # issue 30
+
+With ``--repair-every N``, ``rtimer repair --rebuild`` runs (a real subprocess) after every Nth
+kill: the index is rebuilt from what the layout keeps (vlog: the value segments and their
+removal records), so a removal record missing anywhere shows up as a resurrected message. With
+``--kill-in-repair`` every other such repair is first started and killed (SIGKILL) at a random
+moment, and the next one must finish it. Each repair must exit 0 (nothing lost).
 
 In the ``vlog`` layout every other trial forces relocation to run often: 64 KiB value segments,
 θ = 90% and delays up to 3 s, so records are relocated (and segments released) while the child
@@ -180,20 +187,51 @@ def verify(data_dir: Path, ledger: Ledger, layout: str = "vlog") -> dict:
     }
 
 
+def run_repair(data_dir: Path, rng: random.Random, kill: bool, repairs: dict) -> None:
+    """``rtimer repair --rebuild`` on the data dir; first started and killed when ``kill``."""
+    command = [sys.executable, "-m", "cli.main", "--data-dir", str(data_dir), "repair",
+               "--rebuild", "--json"]
+    cwd = Path(__file__).resolve().parent.parent
+    if kill:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                cwd=cwd)
+        time.sleep(rng.uniform(0.0, 0.6))
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            repairs["killed"] += 1
+        proc.wait()
+    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd)
+    repairs["runs"] += 1
+    try:
+        result = json.loads(done.stdout)
+    except ValueError:
+        result = {"error": done.stderr[-500:]}
+    if done.returncode != 0:
+        repairs["failures"].append(result)
+    else:
+        repairs["recovered"] = result.get("recovered", 0)
+
+
 def soak(data_dir: Path, trials: int, seed: int, layout: str = "vlog",
-         keyed: bool = True) -> dict:
+         keyed: bool = True, repair_every: int = 0, kill_in_repair: bool = False) -> dict:
     rng = random.Random(seed)
     ledger = Ledger()
     started = time.monotonic()
+    repairs: dict = {"runs": 0, "killed": 0, "failures": [], "recovered": 0}
     for trial in range(trials):
         heavy = layout == "vlog" and trial % 2 == 1
         run_trial(data_dir, seed * 100_003 + trial, ledger, rng, layout, heavy, keyed)
+        if repair_every and (trial + 1) % repair_every == 0:
+            run_repair(data_dir, rng, kill_in_repair and (trial + 1) // repair_every % 2 == 1,
+                       repairs)
     report = verify(data_dir, ledger, layout)
-    report.update(trials=trials, seed=seed, seconds=round(time.monotonic() - started, 1))
+    report.update(trials=trials, seed=seed, seconds=round(time.monotonic() - started, 1),
+                  repairs=repairs["runs"], repairs_killed=repairs["killed"],
+                  repair_failures=repairs["failures"])
     report["ok"] = not (report["missing"] or report["duplicated"]
                         or report["cancelled_but_delivered"] or report["left_pending"]
                         or report["delivered_stale"] or report["delivered_early"]
-                        or report["check_problems"])
+                        or report["check_problems"] or report["repair_failures"])
     return report
 
 
@@ -208,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heavy", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-keys", action="store_true",
                         help="No business keys, reschedules or cancels by key.")
+    parser.add_argument("--repair-every", type=int, default=0, metavar="N",
+                        help="Run `rtimer repair --rebuild` after every Nth kill (0: never).")
+    parser.add_argument("--kill-in-repair", action="store_true",
+                        help="Kill every other of those repairs at a random moment first.")
     args = parser.parse_args(argv)
     if args.child:
         child(args.child, args.seed, args.layout, args.heavy, not args.no_keys)
@@ -216,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(__file__).resolve().parent / "results" / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="rtimer-crash-", dir=scratch))
-    report = soak(data_dir, args.trials, args.seed, args.layout, not args.no_keys)
+    report = soak(data_dir, args.trials, args.seed, args.layout, not args.no_keys,
+                  args.repair_every, args.kill_in_repair)
     summary = {k: (len(v) if isinstance(v, list) else v) for k, v in report.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(summary, indent=2) + "\n")

@@ -187,29 +187,44 @@ def compact(settings: Settings, as_json: bool) -> None:
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option("--rebuild", is_flag=True,
+              help="Rebuild even a store that opens and passes its check (vlog: the index "
+                   "from the value segments).")
 @click.pass_obj
-def repair(settings: Settings, as_json: bool) -> None:
-    """Repair a damaged RocksDB timer store, then check it.
+def repair(settings: Settings, as_json: bool, rebuild: bool) -> None:
+    """Repair a damaged RocksDB timer store, crash-safely, and name what is lost.
 
-    Runs RocksDB's own repair on <data-dir>/timer-rocksdb (it rebuilds the manifest from the
-    table files it finds; a store missing its CURRENT file is refused by every other command
-    until this has run), then opens the store and prints its invariant check. Stop the broker
-    and copy the data dir first. Exit status 1 if the check finds a problem.
+    A store that opens and passes its check is left alone. Otherwise the repaired store is built
+    beside the old one (<data-dir>/timer-rocksdb.rebuild) and switched in by renames; the old
+    one is kept as timer-rocksdb.before-repair-<n> (delete it once satisfied). In the vlog
+    layout the index is rebuilt from the value segments (their removal records say what was
+    delivered, cancelled or rescheduled); in the inline layout what RocksDB can salvage is kept
+    and every message that could not be recovered is named (msg id, topic, keys, due time).
+    A repair killed at any point is finished by the next `rtimer repair`. A full disk or a
+    permission error is reported as such and changes nothing. Stop the broker first. Exit
+    status 1 if anything acknowledged is lost or the repaired store's check finds a problem.
 
     Example: rtimer repair
     """
+    from rocks_timer import datadir
     from rocks_timer.timer.rocksdb import RocksTimerStore
     settings.require_data_dir()
-    report = RocksTimerStore.repair(settings.data_dir / "timer-rocksdb", settings.config())
+    stored = datadir.read_format(settings.data_dir) or {}
+    store_dir = settings.data_dir / "timer-rocksdb"
+    if stored.get("timer_engine", "rocksdb") != "rocksdb":
+        raise click.ClickException(f"data dir {settings.data_dir} runs the "
+                                   f"{stored['timer_engine']} engine; `repair` repairs the "
+                                   f"rocksdb engine's store")
+    with settings.data_dir_lock():
+        report = RocksTimerStore.repair(store_dir, settings.config(),
+                                        data_dir_in_use=stored.get("timer_engine") == "rocksdb",
+                                        rebuild=rebuild)
+    result = report.as_dict()
     if as_json:
-        render.echo_json(report)
+        render.echo_json(result)
     else:
-        click.echo(f"repaired {settings.data_dir / 'timer-rocksdb'} ({report['layout']} layout): "
-                   f"{report['live_keys']} pending, {report['undecodable']} undecodable, "
-                   f"{len(report['problems'])} problem(s)")
-        for problem in report["problems"][:20]:
-            click.echo(f"  {problem}")
-    if report["problems"]:
+        render.repaired(result)
+    if not result["ok"]:
         raise SystemExit(1)
 
 

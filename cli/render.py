@@ -250,3 +250,26 @@ def check(report: dict[str, Any]) -> None:
         click.echo(f"  {printable(problem)}")
     if more:
         click.echo(f"  ... and {more} more")
+
+
+def repaired(result: dict[str, Any]) -> None:
+    """``rtimer repair``: what it did, what it recovered, and every message it could not."""
+    action = {"none": "nothing to repair", "rebuilt": "rebuilt",
+              "created-empty": "made an empty store"}.get(result["action"], result["action"])
+    click.echo(f"{result['path']} ({result['layout']} layout): {action}; "
+               f"{result['recovered']} pending message(s) recovered, {len(result['lost'])} lost"
+               + (" and an unknown number more" if result["lost_unnamed"] < 0 else
+                  f" and {result['lost_unnamed']} more whose names are unreadable"
+                  if result["lost_unnamed"] else ""))
+    if result["kept_as"]:
+        click.echo(f"the old store is kept as {result['kept_as']} (delete it once satisfied)")
+    for note in result["notes"]:
+        click.echo(f"  note: {note}")
+    for lost in result["lost"][:1000]:
+        click.echo(f"  LOST msg_id={lost['msg_id']} topic={lost['topic']} "
+                   f"due_ms={lost['due_ms']} keys={','.join(lost['keys']) or '-'}: "
+                   f"{lost['reason']}")
+    if len(result["lost"]) > 1000:
+        click.echo(f"  ... and {len(result['lost']) - 1000} more (--json lists every one)")
+    for problem in result["problems"][:20]:
+        click.echo(f"  problem: {problem}")

@@ -6,16 +6,20 @@ the data directory directly, runs the op, and closes it.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import click
 
 from rocks_timer import Broker, BrokerConfig, datadir
 from rocks_timer.errors import StoreLockedError
+from rocks_timer.private import hold_owner_only_umask, release_owner_only_umask
 
 from cli import ops
 from cli.remote import BrokerClient
@@ -51,6 +55,25 @@ class Settings:
                                        "--data-dir or RTIMER_DATA_DIR, or send something first)")
         if not (self.data_dir / "broker.lock").exists():
             raise click.ClickException(f"{self.data_dir} is not an rtimer data dir (no broker.lock)")
+
+    @contextlib.contextmanager
+    def data_dir_lock(self) -> Iterator[None]:
+        """Hold the data dir's lock (a broker or another command holding it: StoreLockedError),
+        for commands that work on the files without opening a broker (``repair``)."""
+        fd = os.open(self.data_dir / "broker.lock", os.O_RDWR)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise StoreLockedError(f"data dir {self.data_dir} is in use (a broker or another "
+                                       f"command holds broker.lock); stop it first") from None
+            hold_owner_only_umask()
+            try:
+                yield
+            finally:
+                release_owner_only_umask()
+        finally:
+            os.close(fd)
 
     def open_broker(self) -> Broker:
         """The data dir opened here, waiting up to ``lock_wait_s`` while another process

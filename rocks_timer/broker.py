@@ -26,7 +26,7 @@ from rocks_timer.consumer_offsets import ConsumerOffsets
 from rocks_timer.errors import (CorruptRecordError, EngineNotAvailableError, RocksTimerError,
                                 StoreClosedError, StoreLockedError)
 from rocks_timer.health import PERIODIC_FLUSH, TIMER_STEP, Health
-from rocks_timer.message import Message, msg_id_supplier
+from rocks_timer.message import TIMER_OUT_MS, Message, msg_id_supplier
 from rocks_timer.message_store import MessageStore
 from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, is_data_dir_or_new,
                                  private_dir, release_owner_only_umask, tighten)
@@ -61,13 +61,37 @@ class SendResult(NamedTuple):
 
 _new_send_result = maker(SendResult)
 
-def _open_timer_store(root: Path, config: BrokerConfig, messages: MessageStore) -> TimerStore:
+
+def _holds_timer_copies(messages: MessageStore) -> bool:
+    """Whether the CommitLog holds a delivered timer message (its first one ends the walk; a
+    data dir without a timer store and record is new, and its CommitLog empty, but for this)."""
+    return any(TIMER_OUT_MS in m.properties for m in messages.iter_messages(0))
+
+def _open_timer_store(root: Path, config: BrokerConfig, messages: MessageStore,
+                      stored: dict | None) -> TimerStore:
     if config.timer_engine == "memory":
         from rocks_timer.timer.memory import MemoryTimerStore
         return MemoryTimerStore()
     if config.timer_engine == "rocksdb":
         from rocks_timer.timer.rocksdb import RocksTimerStore
-        return RocksTimerStore.open(root / "timer-rocksdb", config)
+        store_dir = root / "timer-rocksdb"
+        missing = not (store_dir.is_dir() and any(store_dir.iterdir()))
+        if missing and not stored and _holds_timer_copies(messages):
+            raise CorruptRecordError(
+                f"data dir {root} has no engine record and no timer store, but its CommitLog "
+                f"holds delivered timer messages: a timer engine ran here, and its store (and "
+                f"record) are gone; refusing to start an empty store over its pending messages; "
+                f"restore {store_dir} and {root / datadir.FILE} from a copy, or run `rtimer "
+                f"repair`, which names what is lost and makes an empty store",
+                where=str(store_dir))
+        if stored and stored.get("timer_engine") == "rocksdb" and missing:
+            # its record is written once the store opened: the store was there and is gone
+            raise CorruptRecordError(
+                f"data dir {root} ran the rocksdb timer engine ({root / datadir.FILE}) but its "
+                f"timer store {store_dir} is missing or empty: refusing to start an empty one "
+                f"over its pending messages; restore the directory from a copy, or run `rtimer "
+                f"repair`, which names what is lost and makes an empty store", where=str(store_dir))
+        return RocksTimerStore.open(store_dir, config)
     try:
         from rocks_timer.timer.wheel import WheelTimerStore
     except ImportError as exc:
@@ -129,7 +153,7 @@ class Broker(KeyedOperations):
         try:
             stored_format = datadir.check(self.path, self.config)
             self.messages = MessageStore.open(self.path, self.config, self.clock)
-            self.timer = _open_timer_store(self.path, self.config, self.messages)
+            self.timer = _open_timer_store(self.path, self.config, self.messages, stored_format)
             self.deliverer = Deliverer(self.timer, self.messages, self.config, self.clock,
                                        self.health)
             self.deliverer.reconcile()

@@ -45,7 +45,9 @@ class BrokerConfig:
     # vlog layout (DESIGN §6b): bodies in value segments, RocksDB keeps pointers
     rocksdb_layout: str = "vlog"  # for new stores; a store keeps the layout it was made with
     vlog_segment_bytes: int = 64 * MiB
-    vlog_inline_max_bytes: int = 128  # encoded values up to this stay in the index
+    # encoded values up to this stay in the index only; 0: every body is in the value segments,
+    # which makes the index rebuildable from them (`rtimer repair`, issue 30)
+    vlog_inline_max_bytes: int = 0
     vlog_reclaim_live_pct: int = 25  # theta: relocate a sealed segment below this live %
     vlog_reclaim_age_sec: int = 0  # A: relocate a sealed segment older than this (0: off)
     vlog_reclaim_min_pinned_sec: int = 21_600  # never relocate a segment that empties sooner

@@ -67,11 +67,19 @@ def read_format(data_dir: Path | str) -> dict[str, Any] | None:
     return stored
 
 
+ENGINE_DIRS = {"rocksdb": "timer-rocksdb", "wheel": "wheel"}
+
+
+def engines_with_files(data_dir: Path) -> list[str]:
+    """The timer engines whose directory in ``data_dir`` holds files."""
+    return [engine for engine, sub in ENGINE_DIRS.items()
+            if (data_dir / sub).is_dir() and any((data_dir / sub).iterdir())]
+
+
 def _inferred(data_dir: Path, path: Path) -> dict[str, Any] | None:
     """A data dir whose record is missing but which holds an engine's files: that engine (so
     a lost record never strands pending messages under a fresh store of the default engine)."""
-    found = [engine for engine, sub in (("rocksdb", "timer-rocksdb"), ("wheel", "wheel"))
-             if (data_dir / sub).is_dir() and any((data_dir / sub).iterdir())]
+    found = engines_with_files(data_dir)
     if not found:
         return None
     if len(found) > 1:
@@ -121,6 +129,14 @@ def check(data_dir: Path | str, config: BrokerConfig) -> dict[str, Any] | None:
     """Refuse a configuration that contradicts the stored record; returns the record."""
     path = Path(data_dir) / FILE
     stored = read_format(data_dir)
+    holding = engines_with_files(Path(data_dir))
+    if holding and config.timer_engine not in holding:
+        # a flag (--engine memory) or an edited record must never hide pending messages
+        raise ConfigError(f"data dir {data_dir} was created with timer_engine={holding[0]!r} "
+                          f"(its files are in {ENGINE_DIRS[holding[0]]}/); it cannot be opened with "
+                          f"timer_engine={config.timer_engine!r} (its pending messages would be "
+                          f"hidden); leave --engine out, or move {ENGINE_DIRS[holding[0]]}/ away "
+                          f"first to start over")
     if not stored:
         return stored
     engine = stored["timer_engine"]

@@ -295,6 +295,7 @@ def test_repair_brings_back_a_store_missing_current(tmp_path):
     refused = runner.invoke(cli, ["--data-dir", str(data), "stats"])
     assert refused.exit_code == 1 and "no CURRENT file" in refused.output
     repaired = runner.invoke(cli, ["--data-dir", str(data), "repair"])
-    assert repaired.exit_code == 0 and "3 pending, 0 undecodable, 0 problem(s)" in repaired.output
+    assert repaired.exit_code == 0 and "rebuilt; 3 pending message(s) recovered, 0 lost" in \
+        repaired.output
     stats = runner.invoke(cli, ["--data-dir", str(data), "stats", "--json"])
     assert stats.exit_code == 0 and '"pending": 3' in stats.output

@@ -172,7 +172,9 @@ def test_a_sparse_delivery_clears_its_counters_by_range(open_store):
         store.complete(due, None)
     finally:
         del store._write
-    assert written and written[0] < 30  # was 1501 second + 4 hour/day counter deletes
+    # was 1501 second + 4 hour/day counter deletes (+1 in vlog: the appended-bytes counter moves
+    # with the removal record)
+    assert written and written[0] < 32  # (and its segment's row: every body is in a segment)
     assert store.count_due([(None, None), (T0, T0 + 1000 * 7 * 1501)]) == [499, 0]
     assert store.check()["problems"] == []
 

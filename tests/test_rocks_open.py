@@ -139,8 +139,9 @@ def test_a_store_without_current_is_refused_then_repaired(tmp_path):
         with pytest.raises(CorruptRecordError, match="no CURRENT file.*rtimer repair"):
             RocksTimerStore.open(path, BrokerConfig())
     assert not (path / "CURRENT").exists()
-    report = RocksTimerStore.repair(path, BrokerConfig())
-    assert report["problems"] == [] and report["live_keys"] == 300
+    report = RocksTimerStore.repair(path, BrokerConfig()).as_dict()
+    assert report["ok"] and report["problems"] == [] and report["live_keys"] == 300
+    assert report["lost"] == [] and report["kept_as"]
     with RocksTimerStore.open(path, BrokerConfig()) as store:
         assert store.pending_count() == 300
         assert len(store.claim_due(20_000, 1000, BIG)) == 300

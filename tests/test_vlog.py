@@ -16,7 +16,8 @@ from rocks_timer.timer.rocksdb import segments as S
 from rocks_timer.timer.rocksdb.liveness import DAY_MS, LONG, delay_class
 from rocks_support import BIG, T0, msg, rec  # noqa: F401
 
-SMALL_SEGMENTS = BrokerConfig(vlog_segment_bytes=64 << 10, rocksdb_layout="vlog")
+SMALL_SEGMENTS = BrokerConfig(vlog_segment_bytes=64 << 10, rocksdb_layout="vlog",
+                              vlog_inline_max_bytes=128)  # small bodies stay in the index
 
 
 def body(i: int, size: int = 1000) -> bytes:
@@ -170,7 +171,8 @@ def test_a_store_reopened_soon_goes_on_appending_to_its_segment(path):
         assert store.check()["problems"] == []
 
 
-def test_an_unindexed_tail_is_cut_on_open(path):
+def test_an_unindexed_tail_is_kept_on_open(path):
+    """Bytes past the index's end are never cut (issue 30): appends go on after them."""
     with open_vlog(path) as store:
         store.schedule([rec(i, T0 + 10, body=body(i)) for i in range(5)], T0)
     [seg] = segment_files(path)
@@ -178,7 +180,7 @@ def test_an_unindexed_tail_is_cut_on_open(path):
     with open(seg, "ab") as fh:  # a crash after the append, before the index batch
         fh.write(S.frame(b"k" * 30, b"v" * 500)[:300])
     with open_vlog(path) as store:
-        assert seg.stat().st_size == size
+        assert seg.stat().st_size > size + 300  # the tail, then its void record
         assert len(deliver_all(store, T0 + 10)) == 5
         assert store.check()["problems"] == []
 
@@ -312,3 +314,39 @@ def test_a_release_cut_between_the_unlink_and_the_row_is_finished_on_the_next_op
         assert store.vlog.segments == {}
         assert store.stats().extra["vlog_released_segments"] == len(ids)
         assert store.check()["problems"] == []
+
+
+def test_a_relocation_copy_of_a_record_cancelled_meanwhile_is_never_rebuilt(path):
+    """Issue 30: the copy relocation wrote for a record cancelled while it copied is never
+    indexed; it gets a removal record, so a rebuild from the segments does not resurrect it
+    once the original's segment is gone."""
+    with open_vlog(path, vlog_reclaim_live_pct=50) as store:
+        handles = []
+        for start in range(0, 300, 50):
+            handles += [s.handle for s in store.schedule(
+                [rec(i, T0 + 3 * DAY_MS + i, body=body(i)) for i in range(start, start + 50)], T0)]
+        for i, handle in enumerate(handles):
+            if i % 5:
+                assert store.cancel(handle, T0) is True
+        real = store.vlog.append_long
+
+        def copy_then_cancel(day, records, now_ms):  # a cancel lands while relocation copies
+            out = real(day, records, now_ms)
+            if not cancelled:
+                cancelled.append(store.cancel(handles[0], T0 + DAY_MS))
+            return out
+        cancelled = []
+        store.vlog.append_long = copy_then_cancel
+        try:
+            store.maintain(T0 + DAY_MS)  # seals the segments and relocates them
+            store.wait_for_maintenance()
+            store.relocate(T0 + DAY_MS)
+        finally:
+            del store.vlog.append_long
+        assert cancelled == [True] and store.check()["problems"] == []
+        pending = store.pending_count()
+    report = RocksTimerStore.repair(path, SMALL_SEGMENTS, rebuild=True).as_dict()
+    assert report["ok"] and report["recovered"] == pending == 59, (report["notes"], pending)
+    with open_vlog(path) as store:
+        got = deliver_all(store, T0 + 5 * DAY_MS)
+        assert sorted(int(r.message.body[:8]) for r in got) == list(range(5, 300, 5))

@@ -73,7 +73,7 @@ def complete(store: "RocksTimerStore", records: Sequence[DueRecord],
         if commitlog_end is not None:
             batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(commitlog_end),
                       store._meta_h)
-        new = store._stage_removed([in_flight[raw] for raw in raws], batch)
+        new = store._stage_removed([in_flight[raw] for raw in raws], batch, delivered=True)
         new_counts = keyindex.stage(store, changes, batch)
         store._write(batch)
         store._commit_removed(new)

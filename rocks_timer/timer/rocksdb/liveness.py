@@ -72,10 +72,20 @@ class Changes(dict):
         seg, _, length = I.POINTER.unpack_from(pointer_value)[1:4]
         self.add(seg, 1, length)
 
+    def orphan(self, segment: int, offset: int) -> None:
+        """A record written but never indexed (a relocation copy of a record that changed
+        meanwhile): no count changes, but it gets a removal record, or a rebuild would
+        resurrect it once its original is removed."""
+        dead = self.__dict__.setdefault("dead", {})
+        dead.setdefault(segment, []).append(offset)
+
     def drop(self, pointer_value: bytes) -> None:
-        """A live pointer leaves the index (delete, overwrite, relocation source)."""
-        seg, _, length = I.POINTER.unpack_from(pointer_value)[1:4]
+        """A live pointer leaves the index (delete, overwrite, relocation source); its record
+        gets a removal record (``ValueLog.stage``)."""
+        seg, offset, length = I.POINTER.unpack_from(pointer_value)[1:4]
         self.add(seg, -1, -length)
+        dead = self.__dict__.setdefault("dead", {})
+        dead.setdefault(seg, []).append(offset)
 
 
 def durable_rows(meta: Any, segs: list[Segment]) -> dict[int, bytes | None]:

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import Options, Rdict
 
 from rocks_timer.config import BrokerConfig
-from rocks_timer.errors import ConfigError, CorruptRecordError, StoreLockedError
+from rocks_timer.errors import (ConfigError, CorruptRecordError, RocksTimerError,
+                                StoreLockedError)
 from rocks_timer.fileio import mkdir_durably
 from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb import meta as rocks_meta
@@ -30,9 +31,25 @@ _LOCK_MARKERS = ("lock hold by", "No locks available", "Resource temporarily una
                  "While lock file")
 
 
-REPAIR_HINT = ("stop the broker, copy the data dir somewhere safe, then run `rtimer repair` "
-               "(RocksDB's repair: it rebuilds the manifest from the table files it finds)")
+REPAIR_HINT = ("stop the broker, then run `rtimer repair` (it builds a repaired store beside "
+               "this one, keeps this one as evidence, and names every message it cannot recover)")
 _ROCKS_DATA = (".sst", ".log", ".blob")
+
+
+def rocks_error(path: Path, text: str) -> Exception:
+    """The error of the error tree a RocksDB status message means: the store locked, the disk
+    refusing (``StoreIOError``, status.py: never taken for damage), damage
+    (``CorruptRecordError`` naming ``rtimer repair``), or anything else (``ConfigError``)."""
+    if any(marker in text for marker in _LOCK_MARKERS):
+        return StoreLockedError(f"timer store {path} is in use by another process or another "
+                                f"open store in this process (RocksDB: {text})")
+    io_error = storage_io_error(text, f"timer store {path}")
+    if io_error is not None:  # before the damage test: a full disk names MANIFEST too
+        return io_error
+    if "Corruption" in text or "MANIFEST" in text or "CURRENT" in text:
+        return CorruptRecordError(f"timer store {path} is damaged (RocksDB: {text}); "
+                                  f"{REPAIR_HINT}", where=str(path))
+    return ConfigError(f"cannot open timer store {path}: {text}")
 
 
 def refuse_damaged(path: Path) -> None:
@@ -52,7 +69,7 @@ def refuse_damaged(path: Path) -> None:
     if not rocks_files and vlog.is_dir() and any(vlog.glob("*.vlog")):
         raise CorruptRecordError(
             f"timer store {path} has value segments in {vlog} but no RocksDB index: refusing "
-            f"to start empty over them; restore the index files from a copy", where=str(path))
+            f"to start empty over them; {REPAIR_HINT}", where=str(path))
 
 
 def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
@@ -63,30 +80,28 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
     refuse_damaged(path)
     mkdir_durably(path)  # RocksDB fsyncs the directory's entries, not its name
     db_options = build_options(config.rocksdb_profile)
-    index_style, meta_style = rocks_meta.compactions(path, config.rocksdb_layout,
-                                                     config.vlog_index_compaction, META_CF)
+    try:
+        index_style, meta_style = rocks_meta.compactions(path, config.rocksdb_layout,
+                                                         config.vlog_index_compaction, META_CF)
+    except RocksTimerError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a damaged table read by the read-only open
+        raise rocks_error(path, str(exc)) from None
     index_options = profile_index_options(config.rocksdb_profile, index_style)
     families = {TIMER_CF: index_options, META_CF: meta_options(meta_style),
                 CORRUPT_CF: Options(raw_mode=True)}
     try:
         db = Rdict(str(path), db_options, column_families=families)
     except Exception as exc:  # rocksdict raises plain Exception for RocksDB status errors
-        text = str(exc)
-        if any(marker in text for marker in _LOCK_MARKERS):
-            raise StoreLockedError(
-                f"timer store {path} is in use by another process or another open store "
-                f"in this process (RocksDB: {text})") from None
-        io_error = storage_io_error(text, f"cannot open timer store {path}")
-        if io_error is not None:  # before the damage test: a full disk names MANIFEST too
-            raise io_error from None
-        if "Corruption" in text or "MANIFEST" in text:
-            raise CorruptRecordError(f"timer store {path} is damaged (RocksDB: {text}); "
-                                     f"{REPAIR_HINT}", where=str(path)) from None
-        raise ConfigError(f"cannot open timer store {path}: {text}") from None
+        raise rocks_error(path, str(exc)) from None
     try:
         state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
                                 index_style, meta_style)
         store = cls(path, config, db, db_options, state, reclaim_after_deletes)
+    except (RocksTimerError, OSError) as exc:
+        error = exc.with_traceback(None)
+    except Exception as exc:  # noqa: BLE001 - rocksdict: a damaged table read while loading
+        error = rocks_error(path, str(exc))
     except BaseException as exc:
         # the failed constructor's frames hold column family handles, which keep the LOCK
         # after close: drop them first, or every later open says "in use"
@@ -99,27 +114,13 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
         raise error
     try:
         keyindex.ensure_built(store)
+    except (RocksTimerError, OSError):
+        store.close()
+        raise
+    except Exception as exc:  # noqa: BLE001 - rocksdict: a damaged table met by the walk
+        store.close()
+        raise rocks_error(path, str(exc)) from None
     except BaseException:
         store.close()
         raise
     return store
-
-
-def repair_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig) -> dict[str, Any]:
-    """``RocksTimerStore.repair``."""
-    path = Path(path)
-    if not path.is_dir():
-        raise ConfigError(f"timer store {path} does not exist; nothing to repair")
-    try:
-        Rdict.repair(str(path), build_options(config.rocksdb_profile))
-    except Exception as exc:  # rocksdict raises plain Exception for RocksDB status errors
-        text = str(exc)
-        if any(marker in text for marker in _LOCK_MARKERS):
-            raise StoreLockedError(f"timer store {path} is in use; stop the broker before "
-                                   f"repairing it (RocksDB: {text})") from None
-        raise CorruptRecordError(f"RocksDB could not repair {path}: {text}",
-                                 where=str(path)) from None
-    with cls.open(path, config) as store:
-        report = store.check()
-        report["layout"] = store.layout
-    return report

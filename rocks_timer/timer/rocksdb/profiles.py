@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from rocksdict import (BlockBasedOptions, DBCompactionStyle, DBCompressionType, Options,
-                       UniversalCompactOptions)
+from rocksdict import (BlockBasedOptions, DBCompactionStyle, DBCompressionType, DBRecoveryMode,
+                       Options, UniversalCompactOptions)
 
 from rocks_timer.errors import ConfigError
 
@@ -171,9 +171,16 @@ def _check(name: str) -> None:
 
 
 def build_options(name: str) -> Options:
-    """A fresh Options object (statistics enabled) for profile ``name``."""
+    """A fresh Options object (statistics enabled) for profile ``name``.
+
+    WAL recovery drops only a torn tail (an incomplete last record: a write that never
+    returned) and refuses a damaged record with records after it: RocksDB's default
+    (point-in-time) silently drops every record after the first bad one, acknowledged sends
+    included (issue 30). ``rtimer repair`` salvages such a WAL on a copy instead."""
     _check(name)
-    return PROFILES[name][0]()
+    options = PROFILES[name][0]()
+    options.set_wal_recovery_mode(DBRecoveryMode.tolerate_corrupted_tail_records())
+    return options
 
 
 def compaction_style(name: str) -> str:

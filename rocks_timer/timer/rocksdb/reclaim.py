@@ -65,6 +65,10 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
         if sync:
             store._last_sync_ms = now_ms
             dirty = vlog.take_dirty()
+        cursor = None
+        if now_ms - store._cursor_written_ms >= config.timer_flush_interval_ms:
+            store._cursor_written_ms = now_ms
+            cursor = store._cursor()
         vlog.seal(now_ms)
         appended = vlog.counters[K.META_VLOG_COUNTERS[0]]
         flush_meta = appended - store._meta_flushed_at >= META_FLUSH_EVERY \
@@ -76,6 +80,8 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
         empty = vlog.releasable()
     if sync:  # on a thread of its own: deliveries never wait for the disk here (syncer.py)
         store._syncer.request(dirty)
+    if cursor is not None:  # outside the lock: two fsyncs every flush interval at most
+        vlog.write_cursor(cursor)
     if hints:
         vlog.will_need(hints)
     if flush_meta:  # after the value bytes its liveness rows count (a background sync first)
@@ -229,6 +235,8 @@ def relocate_segment(store: "RocksTimerStore", seg: Segment, now_ms: int) -> int
     damaged: list[tuple[int, str]] = []
     moved, piece, size = 0, [], 0
     for record in iter_records(seg.file, seg.end, damaged):
+        if not record[1]:
+            continue  # a removal record: it dies with this segment
         piece.append(record)
         size += record[3]
         if size >= PIECE_BYTES:
@@ -281,7 +289,8 @@ def _repoint(store: "RocksTimerStore", target: Segment, group: list, offsets: li
         changes.add(target.id, 0, 0)
         for (key, _, seen), offset, now_value in zip(group, offsets, now_values):
             if now_value is None or bytes(now_value) != seen or key in store._in_flight:
-                continue  # changed while we copied: the copy is dead
+                changes.orphan(target.id, offset)  # changed while we copied: the copy is dead
+                continue
             new_value = I.repoint(seen, target.id, offset)
             batch.put(key, new_value, store._timer_h)
             changes.drop(seen)

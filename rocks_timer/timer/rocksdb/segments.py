@@ -14,8 +14,31 @@ A segment is ``timer-rocksdb/vlog/<id as 10 digits>.vlog``; its id, kind and cou
     +-------------------------------------------------------------------------------------+
 
 The record carries its key so that a read can prove it is the record the index meant (a stale
-pointer after a power cut reads another key and is refused), and so relocation can ask the index
-whether a record is still live without any other bookkeeping.
+pointer after a power cut reads another key and is refused), so relocation can ask the index
+whether a record is still live without any other bookkeeping, and so the index can be rebuilt
+from the segments (``rtimer repair``, :mod:`rocks_timer.timer.rocksdb.recovery`).
+
+Two record kinds have an empty key (a timer key is never empty)::
+
+    removal record (12 + 4 x n bytes)         void record (28 bytes)
+    +----+-----+------------------------+     +----+-----+-------------------------------+
+    |  0 | 11  | header, key_len = 0    |     |  0 | 11  | header, key_len = 0           |
+    | 11 |  1  | REMOVAL_TAG (0xDE)     |     | 11 |  1  | VOID_TAG (0xDF)               |
+    | 12 | 4 n | offsets (u32 BE) of    |     | 12 |  8  | start (u64 BE)                |
+    |    |     | this segment's records |     | 20 |  8  | stop (u64 BE), exclusive      |
+    +----+-----+------------------------+     +----+-----+-------------------------------+
+
+A **removal record** names the offsets of records *of the same segment* that left the index
+(delivered, cancelled, rescheduled, reconciled, relocated, or overwritten by a retry of their
+key). It is appended to the segment holding those records
+before the index batch that removes them, so it lives exactly as long as they do: a rebuild
+never resurrects a removed message, and a segment released with its last live record takes
+its removal records with it.
+
+A **void record** says that the bytes of its segment in [start, stop) were never indexed: written before an index batch that never ran
+(a ``kill -9`` or power cut in between). An open appends one for such a tail instead of cutting
+it, so the bytes stay (evidence) but a rebuild counts neither the records nor the removal
+records in it: an interrupted reschedule or cancel never comes back half done.
 """
 from __future__ import annotations
 
@@ -52,6 +75,39 @@ def frame(key: bytes, value: bytes) -> bytes:
     head = HEAD.pack(MAGIC, len(key), len(value))
     tail = key + value
     return head + _CRC.pack(_crc32(tail, _crc32(head))) + tail
+
+
+REMOVAL_TAG = 0xDE
+_OFFSET = struct.Struct(">I")
+REMOVAL_SIZE = SIZE + 1  # + 4 bytes per offset named
+
+
+def frame_removal(offsets: list[int]) -> bytes:
+    """The removal record naming ``offsets`` (records of the segment it is appended to)."""
+    return frame(b"", bytes((REMOVAL_TAG,)) + b"".join(map(_OFFSET.pack, offsets)))
+
+
+VOID_TAG = 0xDF
+_RANGE = struct.Struct(">QQ")
+VOID_SIZE = SIZE + 1 + _RANGE.size  # 28
+
+
+def frame_void(start: int, stop: int) -> bytes:
+    """The void record for the never-indexed bytes [start, stop) of its segment."""
+    return frame(b"", bytes((VOID_TAG,)) + _RANGE.pack(start, stop))
+
+
+def void_range(key: bytes, value: bytes) -> tuple[int, int] | None:
+    if key or len(value) != 1 + _RANGE.size or value[0] != VOID_TAG:
+        return None
+    return _RANGE.unpack_from(value, 1)
+
+
+def removal_offsets(key: bytes, value: bytes) -> list[int] | None:
+    """The offsets a removal record names; None for a message record (or a malformed one)."""
+    if key or not value or value[0] != REMOVAL_TAG or (len(value) - 1) % _OFFSET.size:
+        return None
+    return [o for (o,) in _OFFSET.iter_unpack(value[1:])]
 
 
 def parse(buf: bytes | memoryview, pos: int, where: str) -> tuple[bytes, bytes, int]:
@@ -124,13 +180,17 @@ class SegmentFile:
         # a new segment's name is durable before anything is appended (and acknowledged)
         self.fd = create_durably(self.path, os.O_RDWR, FILE_MODE)
         self._fd_lock = threading.Lock()  # the background sync vs a release's close
+        # relocation appends to a long segment off the store lock while a cancel appends a
+        # removal record to it under the store lock
+        self._append_lock = threading.Lock()
         self.size = os.fstat(self.fd).st_size
 
     def append(self, data: bytes) -> int:
         """Write ``data`` at the end; returns the offset it starts at."""
-        offset = self.size
-        pwrite_all(self.fd, data, offset)
-        self.size = offset + len(data)
+        with self._append_lock:
+            offset = self.size
+            pwrite_all(self.fd, data, offset)
+            self.size = offset + len(data)
         return offset
 
     def read(self, offset: int, length: int) -> bytes:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
@@ -47,6 +47,8 @@ from rocks_timer.timer.rocksdb import reclaim
 from rocks_timer.timer.rocksdb.vlog import ValueLog
 from rocks_timer.timer.handles import decode_handle
 from rocks_timer.timer.rocksdb import opening
+if TYPE_CHECKING:
+    from rocks_timer.timer.rocksdb.recovery import RepairReport
 from rocks_timer.timer.rocksdb.opening import CORRUPT_CF, META_CF, TIMER_CF
 from rocks_timer.timer.rocksdb.syncer import BackgroundSync, sync_segments
 from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, count_topics_page,
@@ -111,10 +113,16 @@ class RocksTimerStore(KeyedRocksOps):
         self.vlog: ValueLog | None = None
         if self.layout == "vlog":
             self.vlog = ValueLog(path / "vlog", config, self._meta, self._meta_h)
+        if self.vlog is not None and self.vlog.voided:  # the void records' rows (vlog.py)
+            batch = WriteBatch(raw_mode=True)
+            new = self.vlog.stage({seg_id: (0, 0) for seg_id in self.vlog.voided}, batch)
+            self._db.write(batch, self._write_opts)
+            self.vlog.commit(new)
         self._relocator: threading.Thread | None = None
         self._releaser: threading.Thread | None = None
         self._meta_flusher: threading.Thread | None = None
         self._last_sync_ms = 0
+        self._cursor_written_ms = 0  # vlog/cursor (reclaim.maintain_vlog)
         self._syncer = BackgroundSync(f"vlog-sync {path.name}") if self.layout == "vlog" else None
         self._prefetched_to = b""
         self._meta_flushed_at = 0
@@ -149,6 +157,7 @@ class RocksTimerStore(KeyedRocksOps):
                 return
             self._closed = True
             if self.vlog is not None:
+                self.vlog.write_cursor(self._cursor())
                 self.vlog.close()
             db = self._db
             self._due.close()
@@ -190,8 +199,8 @@ class RocksTimerStore(KeyedRocksOps):
         self._db.write(batch, self._write_opts)
 
     def _stage_removed(self, index_values: Iterable[bytes | None], batch: WriteBatch,
-                       lost: bool = False) -> dict | None:
-        return layout.stage_removed(self, index_values, batch, lost)
+                       lost: bool = False, delivered: bool = False) -> dict | None:
+        return layout.stage_removed(self, index_values, batch, lost, delivered)
 
     def _commit_removed(self, new: dict | None) -> None:
         layout.commit_removed(self, new)
@@ -400,10 +409,51 @@ class RocksTimerStore(KeyedRocksOps):
         return rocks_maint.compact(self)
 
     @classmethod
-    def repair(cls, path: str | Path, config: BrokerConfig) -> dict[str, Any]:
-        """RocksDB's repair of a damaged store (rebuilds the manifest from the table files),
-        then an open and the invariant check. The store must not be open anywhere."""
-        return opening.repair_store(cls, Path(path), config)
+    def repair(cls, path: str | Path, config: BrokerConfig, *, data_dir_in_use: bool = False,
+               rebuild: bool = False) -> "RepairReport":
+        """``rtimer repair``: crash-safe, builds beside, rebuilds a vlog index from the value
+        segments, names what it cannot recover (:mod:`rocks_timer.timer.rocksdb.recovery`).
+        The store must not be open anywhere."""
+        from rocks_timer.timer.rocksdb.recovery import StoreRepair
+        return StoreRepair(cls, Path(path), config, data_dir_in_use, rebuild).run()
+
+    def load_rebuilt(self, entries: Iterable[tuple[bytes, bytes]] | dict[bytes, bytes],
+                     segment_rows: dict[int, bytes], next_id: int | None, cursor: bytes,
+                     counters: dict[bytes, bytes] | None = None) -> None:
+        """Repair only: fill this new, empty store with an index rebuilt elsewhere (index
+        values, liveness rows, the next segment id, the salvaged cursor, the vlog's counters).
+        The pending count follows the entries; the reconcile offset restarts at 0, so the next
+        open drops every key whose stamped copy is in the CommitLog; the key index and due
+        counters are built by the next open (their marker is removed). Synced before it
+        returns."""
+        with self._lock:
+            self._check_open()
+            batch, n = WriteBatch(raw_mode=True), 0
+            pairs = entries.items() if isinstance(entries, dict) else entries
+            for key, value in pairs:
+                batch.put(key, value, self._timer_h)
+                n += 1
+                if n % 50_000 == 0:
+                    self._db.write(batch)
+                    batch = WriteBatch(raw_mode=True)
+            for seg_id, row in segment_rows.items():
+                batch.put(K.segment_meta_key(seg_id), row, self._meta_h)
+            if next_id is not None:
+                batch.put(K.META_VLOG_NEXT_ID, rocks_meta.pack_u64(next_id), self._meta_h)
+            for name, value in (counters or {}).items():  # figures (stats), carried over
+                batch.put(name, value, self._meta_h)
+            self._finish_rebuilt(batch, n, cursor)
+
+    def _finish_rebuilt(self, batch: WriteBatch, pending: int, cursor: bytes) -> None:
+        batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), self._meta_h)
+        batch.put(K.META_CURSOR, cursor, self._meta_h)
+        batch.put(K.META_RECONCILE_OFFSET, rocks_meta.pack_u64(0), self._meta_h)
+        batch.delete(K.META_KEY_INDEX, self._meta_h)
+        sync = WriteOptions()
+        sync.sync = True
+        self._db.write(batch, sync)
+        for family in (self._timer, self._meta, self._corrupt):
+            family.flush(True)
 
     def relocate(self, now_ms: int) -> dict[str, Any]:
         """vlog: relocate sparse or old segments now and release empty ones ({} for inline)."""

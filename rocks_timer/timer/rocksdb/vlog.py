@@ -19,8 +19,11 @@ early bodies' space. A segment is sealed when it is not open; a sealed segment w
 record is deleted (``release``) once its zero count is durable and re-read from RocksDB.
 
 Crash order: record bytes appended (fdatasync'd first in sync mode) → index batch (with the
-segment's new ``end``) → release. On open, bytes past ``end`` were never indexed and are cut
-(a torn or unacknowledged tail); a file shorter than ``end`` (power cut in async mode) is
+segment's new ``end``) → release; a removal (cancel, reschedule, reconcile, relocation; not a
+delivery: ``vlog/cursor`` covers those) appends its removal record to the removed record's
+segment before its index batch (segments.py). On
+open, bytes past ``end`` were never indexed: they are kept, not cut (appends go on after them;
+``rtimer repair`` reads them); a file shorter than ``end`` (power cut in async mode) is
 reported, and the index entries pointing past it are set aside when they are claimed.
 """
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rocks_timer.errors import CorruptRecordError
-from rocks_timer.fileio import fsync_dir, mkdir_durably
+from rocks_timer.fileio import fsync_dir, mkdir_durably, replace_durably
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb.liveness import (ARRIVAL, LONG, SEGMENT, Changes, Segment,
@@ -48,6 +51,7 @@ SEG_PREFIX = K.META_VLOG_SEGMENT_PREFIX
 META_NEXT_ID = K.META_VLOG_NEXT_ID
 COUNTERS = K.META_VLOG_COUNTERS
 U64 = struct.Struct(">Q")
+CURSOR_FILE = "cursor"  # the delivery cursor, for a rebuild (write_cursor)
 COALESCE_GAP = 4096  # one prefetch hint for two records at most this many bytes apart
 _SEGMENT_OFFSET = operator.itemgetter(0, 1)
 
@@ -77,6 +81,9 @@ class ValueLog:
         # off the store lock, so these meet here
         self._alloc_lock = threading.RLock()
         self.missing_segments: list[int] = []
+        self.voided: list[int] = []  # segments whose never-indexed tail got a void record
+        self._cursor_written: bytes | None = None
+        self._cursor_lock = threading.Lock()
         self._load(meta)
 
     # -- open -------------------------------------------------------------------------------
@@ -104,6 +111,11 @@ class ValueLog:
             check_iterator(it, f"vlog liveness rows of {self.dir}")
         finally:
             del it
+        # never reuse the id of a segment whose row or file exists (a rolled-back next_id would
+        # make a new segment truncate a live one)
+        on_disk = [int(p.stem) for p in self.dir.glob("*.vlog") if p.stem.isdigit()]
+        self.next_id = max([self.next_id, *(i + 1 for i in self.segments),
+                            *(i + 1 for i in on_disk)])
         for seg in self.segments.values():
             self._open_file(seg)
             if seg.kind == ARRIVAL and seg.file is not None and seg.file.size == seg.end:
@@ -120,10 +132,20 @@ class ValueLog:
                           "will be set aside as corrupt when due", path, seg.live_count)
             return
         seg.file = S.SegmentFile(self.dir, seg.id)
-        if seg.file.size > seg.end:  # appended, never indexed: not acknowledged
-            log.warning("vlog segment %s: cutting %d unindexed tail bytes", path,
-                        seg.file.size - seg.end)
-            seg.file.truncate(seg.end)
+        if seg.file.size > seg.end:
+            # written before an index batch that never ran (a kill -9 in between): not
+            # acknowledged (RocksDB replayed its whole WAL, so the index has every acknowledged
+            # write). Kept, never cut (issue 30), and voided so a rebuild ignores it
+            # (segments.py); the row's new end goes in with the store's first batch
+            log.info("vlog segment %s: %d bytes past the index's end were never indexed "
+                     "(a write cut short by a crash); kept and marked void", path,
+                     seg.file.size - seg.end)
+            seg.file.append(S.frame_void(seg.end, seg.file.size))
+            if self.sync_writes:
+                seg.file.sync()
+            else:
+                self.dirty.add(seg.id)
+            self.voided.append(seg.id)
         elif seg.file.size < seg.end:
             self.short_segments.append(seg.id)
             log.error("vlog segment %s is %d bytes but the index covers %d (a power cut in async "
@@ -135,10 +157,11 @@ class ValueLog:
         """A new empty segment; its id is persisted (``next_id``) by the next ``stage``, which
         comes before any index entry can point into it."""
         with self._alloc_lock:
+            while self.next_id in self.segments or (
+                    self.dir / S.segment_name(self.next_id)).exists():
+                self.next_id += 1  # a file left by a crash is evidence: never truncated
             seg = Segment(self.next_id, kind, day, now_ms, 0, 0, 0, 0)
             seg.file = S.SegmentFile(self.dir, seg.id)
-            if seg.file.size:  # left by a crash before its id was persisted: never indexed
-                seg.file.truncate(0)
             self.next_id += 1
             self.segments[seg.id] = seg
         return seg
@@ -225,9 +248,40 @@ class ValueLog:
         self.counters[COUNTERS[2]] += len(records)
         return seg, offsets
 
+    def mark_dead(self, dead: dict[int, list[int]]) -> None:
+        """Append a removal record to each segment of ``dead`` (segment id -> offsets of its
+        records leaving the index), before the index batch that removes them (segments.py):
+        fdatasync'd in sync mode, else synced with the next flush, before the WAL."""
+        for seg_id, offsets in dead.items():
+            seg = self.segments.get(seg_id)
+            if seg is None or seg.file is None or not offsets:
+                continue  # released or missing: nothing of it can be rebuilt anyway
+            blob = S.frame_removal(offsets)
+            seg.file.append(blob)
+            if self.sync_writes:
+                seg.file.sync()
+            else:
+                self.dirty.add(seg_id)
+            self.counters[COUNTERS[0]] += len(blob)
+
+    def dead_of(self, index_values: Iterable[bytes | None]) -> dict[int, list[int]]:
+        """Segment id -> offsets of the records the pointers among ``index_values`` name."""
+        dead: dict[int, list[int]] = {}
+        unpack, size, version = I.POINTER.unpack_from, I.SIZE, I.POINTER_VERSION
+        for value in index_values:
+            if value is not None and len(value) >= size and value[0] == version:
+                _, seg, offset = unpack(value)[:3]
+                dead.setdefault(seg, []).append(offset)
+        return dead
+
     def stage(self, changes: Changes, batch: Any) -> dict[int, tuple[int, int, int]]:
         """Put the changed liveness rows (and counters) into ``batch``; returns the new values
-        for ``commit``. Live counts never go below zero (a bug, not a state): it raises."""
+        for ``commit``. Live counts never go below zero (a bug, not a state): it raises. The
+        removal records of the pointers ``changes`` dropped are appended first, so the rows'
+        ends cover them."""
+        dead = getattr(changes, "dead", None)
+        if dead:
+            self.mark_dead(dead)
         new: dict[int, tuple[int, int, int]] = {}
         for seg_id, (dcount, dbytes) in changes.items():
             seg = self.segments.get(seg_id)
@@ -297,6 +351,19 @@ class ValueLog:
         return n
 
     # -- housekeeping -----------------------------------------------------------------------
+    def write_cursor(self, cursor: bytes) -> bool:
+        """Keep ``vlog/cursor`` (crash-safely replaced) at the store's delivery cursor: every key
+        below it was delivered, its copy durable in the CommitLog first (the deliverer syncs it
+        before ``complete``). A rebuild takes the larger of it and the cursor ``meta`` kept, so
+        a delivery needs no removal record while its index survives or not. A stale file only
+        makes a rebuild reconcile more from the CommitLog. Returns whether it wrote."""
+        with self._cursor_lock:
+            if cursor == self._cursor_written or not cursor:
+                return False
+            replace_durably(self.dir / CURSOR_FILE, cursor)
+            self._cursor_written = cursor
+            return True
+
     def take_dirty(self) -> list[Segment]:
         """The segments appended to since the last call (their fdatasync is the caller's)."""
         segs = [self.segments[i] for i in self.dirty if i in self.segments]
