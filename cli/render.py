@@ -211,3 +211,38 @@ def check(report: dict[str, Any]) -> None:
         click.echo(f"  {problem}")
     if more:
         click.echo(f"  ... and {more} more")
+
+
+def set_aside(rows: list[dict[str, Any]]) -> None:
+    """``rtimer set-aside list``: one line per message, then how many."""
+    for row in rows:
+        keys = "unknown" if row["keys"] is None else (",".join(row["keys"]) or "-")
+        due = row["due_ms"]
+        click.echo(f"{row['msg_id']}  {row['topic']}  keys {keys}  due {_iso(due)} "
+                   f"({due})  {'restorable' if row['restorable'] else 'not restorable'}")
+        click.echo(f"    reason: {row['reason']}")
+    restorable = sum(1 for row in rows if row["restorable"])
+    click.echo(f"{len(rows)} set-aside message(s), {restorable} restorable now")
+
+
+def lost(record: dict[str, Any]) -> None:
+    """``rtimer lost list``: the ranges, then the messages."""
+    for r in record["ranges"]:
+        where = f"segment {r['segment']} " if r["segment"] != "-" else ""
+        click.echo(f"range {r['start']}..{r['end']}: {where}{r['why']}")
+    for m in record["messages"]:
+        who = f"{m['msg_id']}  " if m.get("msg_id") else ""
+        click.echo(f"{who}{m['topic']}/{m['queue_id']} offset {m['queue_offset']}  "
+                   f"(commitlog offset {m['commitlog_offset']}, {m['size']} bytes)")
+    click.echo(f"{record['lost_messages']} lost message(s), {record['accepted']} accepted")
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return "?"
+    import datetime as dt
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+    except (OverflowError, OSError, ValueError):
+        return str(ms)

@@ -10,12 +10,13 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 
 from rocks_timer import Broker, BrokerConfig, datadir
 from rocks_timer.errors import StoreLockedError
+from rocks_timer.readonly import ReadOnlyView
 
 from cli import ops
 from cli.remote import BrokerClient
@@ -63,6 +64,25 @@ def call(settings: Settings, op: str, create: bool = False, **args: Any) -> Any:
             with settings.open_broker() as broker:
                 result = ops.run(op, broker, settings.data_dir, args)
             return json.loads(json.dumps(result, default=str))
+        except StoreLockedError:
+            client = _wait_for_socket(settings.data_dir)
+            if client is None:
+                raise
+    with client:
+        return client.call(op, args)
+
+
+def call_read_only(settings: Settings, op: str, read: Callable[[ReadOnlyView], Any],
+                   **args: Any) -> Any:
+    """Run ``op`` on the running broker if one answers; else ``read`` on a
+    :class:`~rocks_timer.readonly.ReadOnlyView` of the data dir (nothing opened for writing,
+    nothing recovered: the files as they are). Both paths return the same JSON document."""
+    client = BrokerClient.connect(settings.data_dir)
+    if client is None:
+        settings.require_data_dir()
+        try:
+            with ReadOnlyView(settings.data_dir, settings.config()) as view:
+                return json.loads(json.dumps(read(view), default=str))
         except StoreLockedError:
             client = _wait_for_socket(settings.data_dir)
             if client is None:
