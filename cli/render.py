@@ -198,9 +198,12 @@ def check(report: dict[str, Any]) -> None:
     """``rtimer check``: what was walked, then each problem."""
     timer = report.get("timer", {})
     pending = timer.get("pending", timer.get("live_keys", "?"))
+    pending = "an uncounted number of" if pending is None else pending
     click.echo(f"checked {report['commitlog_records']} commitlog records, "
                f"{report['consume_queue_entries']} consume queue entries in "
                f"{report['queues']} queue(s), {pending} pending timer messages")
+    for note in report.get("notes", []):
+        click.echo(f"note: {note}")
     if report["ok"]:
         click.echo("ok: every invariant holds")
         return

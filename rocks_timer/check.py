@@ -164,10 +164,18 @@ def check_view(source) -> CheckReport:
               for q in source.queues()}
     for problem in source.problems:
         report.add(problem)
-    _check_log_and_queues(report, commitlog, queues, until)
+    try:
+        loss = source.loss()
+    except RocksTimerError as exc:
+        report.add(str(exc))
+        loss = LossRecord([], [])
+    known_lost: dict[tuple[str, int], list[int]] = {}
+    for m in loss.messages:
+        known_lost.setdefault((m.topic, m.queue_id), []).append(m.queue_offset)
+    _check_log_and_queues(report, commitlog, queues, until, known_lost)
     _check_timer(report, source)
     _check_offsets(report, source, {k: w.end for k, w in queues.items()}, until)
-    _check_loss(report, source)
+    _check_loss(report, source, loss)
     _check_set_aside(report, source)
     report.figures.update(commitlog_min_offset=commitlog.min_offset, commitlog_max_offset=until,
                           queues=len(queues))
@@ -182,12 +190,7 @@ def check_view(source) -> CheckReport:
     return report
 
 
-def _check_loss(report: CheckReport, source) -> None:
-    try:
-        record = source.loss()
-    except RocksTimerError as exc:
-        report.add(str(exc))
-        return
+def _check_loss(report: CheckReport, source, record: LossRecord) -> None:
     report.figures["lost_messages"] = record.total
     report.figures["lost_ranges"] = len(record.ranges)
     if not record.unaccepted and not record.unaccepted_ranges:
@@ -223,7 +226,8 @@ def _check_set_aside(report: CheckReport, source) -> None:
                "what is readable, `rtimer set-aside restore` puts back what decodes")
 
 
-def _check_log_and_queues(report: CheckReport, commitlog, queues: dict, until: int) -> None:
+def _check_log_and_queues(report: CheckReport, commitlog, queues: dict, until: int,
+                          known_lost: dict[tuple[str, int], list[int]]) -> None:
     records = unindexed = 0
     for raw in commitlog.iter_verified(until):
         records += 1
@@ -244,11 +248,14 @@ def _check_log_and_queues(report: CheckReport, commitlog, queues: dict, until: i
     entries = 0
     floor = commitlog.min_offset
     for (topic, queue_id), walk in sorted(queues.items()):
-        live = walk.end - walk.first_live(floor)
+        first = walk.first_live(floor)
+        live = walk.end - first
         entries += live
-        if live != walk.matched:
-            report.add(f"consume queue {topic}/{queue_id}: {live - walk.matched} of {live} "
-                       "entries point at no matching commitlog record")
+        # entries of messages recorded as lost are reported (and accepted) as such
+        recorded = sum(1 for q in known_lost.get((topic, queue_id), ()) if first <= q < walk.end)
+        if live - recorded > walk.matched:
+            report.add(f"consume queue {topic}/{queue_id}: {live - recorded - walk.matched} of "
+                       f"{live} entries point at no matching commitlog record")
         for problem in walk.cq.file_problems():
             report.add(f"consume queue {topic}/{queue_id}: file {problem}")
     report.figures.update(commitlog_records=records, consume_queue_entries=entries,

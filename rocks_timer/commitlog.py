@@ -266,7 +266,9 @@ class CommitLog:
         if not self._segments:
             self._new_segment(0)
         tail = self._segments[-1]
-        if tail.written + size + MIN_BLANK_LEN > self.segment_size:
+        if tail.written == self.segment_size:  # sealed already (the newer segments are gone)
+            self._new_segment(tail.start + self.segment_size)
+        elif tail.written + size + MIN_BLANK_LEN > self.segment_size:
             blank = self.segment_size - tail.written
             os.pwrite(tail.fd, encode_blank(blank), tail.written)
             tail.written += blank

@@ -61,14 +61,15 @@ class LostMessage:
 
 def lost_entries(queue: ConsumeQueue, ranges: Iterable[LostRange], end: int
                  ) -> list[LostMessage]:
-    """Entries of ``queue`` that point into one of ``ranges`` or at/after ``end`` (a record
-    that had been written and indexed). A queue's entries ascend in CommitLog offset, so each
+    """Entries of ``queue`` whose record overlaps one of ``ranges`` or runs past ``end`` (a
+    record that had been written and indexed). A queue's entries ascend in CommitLog offset, so each
     range is found by bisection; the tail past ``end`` is walked backwards from the last entry,
     as recovery drops it (zeros or junk there are not messages and are not named)."""
     found: dict[int, LostMessage] = {}
     low_bound = queue.min_offset
     for lost in ranges:
-        at = _first_at_or_after(queue, lost.start)
+        # the entry before the first one starting in the range may run into it
+        at = max(queue.min_offset, _first_at_or_after(queue, lost.start) - 1)
         while at < queue.max_offset:
             data = queue.raw_entries(at, min(_CHUNK, queue.max_offset - at))
             stop = False
@@ -76,7 +77,7 @@ def lost_entries(queue: ConsumeQueue, ranges: Iterable[LostRange], end: int
                 if offset >= lost.end:
                     stop = True
                     break
-                if offset >= lost.start and size >= FIXED_SIZE:
+                if offset + size > lost.start and size >= FIXED_SIZE:
                     found[at + i] = _message(queue, at + i, offset, size)
             if stop:
                 break
@@ -89,7 +90,7 @@ def lost_entries(queue: ConsumeQueue, ranges: Iterable[LostRange], end: int
             offset, size, _ = ENTRY.unpack_from(data, i * ENTRY.size)
             if size < FIXED_SIZE:
                 continue  # zeros, a placeholder or junk: nothing to name
-            if offset < end:
+            if offset + size <= end:
                 return [found[k] for k in sorted(found)]
             found[low + i] = _message(queue, low + i, offset, size)
         high = low

@@ -84,7 +84,8 @@ class MessageStore:
         ranges = list(self.commitlog.lost_ranges)
         end = self.commitlog.max_offset  # the last whole record's end: a torn tail is past it
         found = [m for cq in self.queues.all() for m in lost_entries(cq, ranges, end)]
-        past = [m.commitlog_offset + m.size for m in found if m.commitlog_offset >= end]
+        past = [m.commitlog_offset + m.size for m in found if m.commitlog_offset + m.size > end
+                and not any(r.start <= m.commitlog_offset < r.end for r in ranges)]
         if past:  # not a torn tail: records that had been written and indexed are gone
             newest = self.commitlog.segments()[-1].path.name if self.commitlog.segments() \
                 else "-"
