@@ -145,6 +145,10 @@ class ReadOnlyRocksStore:
             if reader is not None:
                 reader.close()
         if vlog:
+            corrupt = self._family(CORRUPT_CF)
+            if corrupt is not None:
+                setaside.count_pointers(seen, setaside.read_rows(corrupt))
+            del corrupt
             problems += self._check_liveness(seen)
         meta = self._family(META_CF)
         try:

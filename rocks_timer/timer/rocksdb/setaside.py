@@ -238,22 +238,35 @@ def restore(store: "RocksTimerStore", msg_ids: Iterable[str] | None, now_ms: int
     WriteBatch, so a crash leaves it either set aside or pending, never both. The ones that
     still do not decode are refused, with the reason."""
     chosen = select(examine_live(store), msg_ids)
-    good = [e for e in chosen if e.restorable]
-    refused = [e.info.as_dict() for e in chosen if not e.restorable]
+    good = [e for e in chosen if e.info.restorable]
+    refused = [e.info.as_dict() for e in chosen if not e.info.restorable]
     if good:
         # message keys decoded now: the old key's KEYS index entries (left dangling by the
         # quarantine) go too; a restored key equal to the old one puts them back after this
         stale = [K.index_entry(e.raw_key, key) for e in good for key in dict.fromkeys(
             e.message.keys)]
         store.schedule([TimerRecord(e.info.due_ms, e.message) for e in good], now_ms,
-                       retire=[e.raw_key for e in good], retire_index_entries=stale)
+                       retire=[(e.raw_key, e.index_value) for e in good],
+                       retire_index_entries=stale)
     return {"restored": [e.info.as_dict() for e in good], "refused": refused}
+
+
+def count_pointers(seen: dict[int, list[int]], rows: list[tuple[bytes, bytes]]) -> None:
+    """Add the segment records set-aside rows point at to ``seen`` (segment -> [count, bytes]):
+    a quarantine keeps them counted live, so checks count them with the index's."""
+    for _, value in rows:
+        pointer = I.pointer_or_none(value) if I.is_pointer(value) else None
+        if pointer is not None:
+            entry = seen.setdefault(pointer.segment, [0, 0])
+            entry[0] += 1
+            entry[1] += pointer.length
 
 
 def retire_rows(store: "RocksTimerStore", batch: WriteBatch, raw_keys: list[bytes],
                 index_entries: list[bytes]) -> int:
     """Stage the removal of set-aside rows into a schedule's batch (store lock held); returns
-    the quarantine count to commit once the batch is written."""
+    the quarantine count to commit once the batch is written. (The liveness their pointers
+    held is dropped by the schedule's own staging: ``layout.schedule_vlog(drop=...)``.)"""
     for raw in raw_keys:
         batch.delete(raw, store._corrupt_h)
     for entry in index_entries:

@@ -193,10 +193,10 @@ class RocksTimerStore(KeyedRocksOps):
 
     # -- TimerStore ---------------------------------------------------------------------------
     def schedule(self, records: Sequence[TimerRecord], now_ms: int, *,
-                 retire: Sequence[bytes] = (), retire_index_entries: Sequence[bytes] = ()
-                 ) -> list[Scheduled]:
-        """Store ``records``; ``retire``: set-aside rows these records put back, removed in the
-        same batch (``setaside.restore``)."""
+                 retire: Sequence[tuple[bytes, bytes]] = (),
+                 retire_index_entries: Sequence[bytes] = ()) -> list[Scheduled]:
+        """Store ``records``; ``retire``: set-aside rows (key, index value) these records put
+        back, removed in the same batch with the liveness they held (``setaside.restore``)."""
         if type(records) is not list:
             records = list(records)
         if not records:
@@ -210,7 +210,7 @@ class RocksTimerStore(KeyedRocksOps):
                                              key_dues[0], now_ms):
                 return [Scheduled(handles[0], key_dues[0])]
             batch = WriteBatch(raw_mode=True)
-            corrupt_count = setaside.retire_rows(self, batch, list(retire),
+            corrupt_count = setaside.retire_rows(self, batch, [raw for raw, _ in retire],
                                                  list(retire_index_entries)) \
                 if retire else self._corrupt_count
             olds = self._old_values(raw_keys)
@@ -219,7 +219,8 @@ class RocksTimerStore(KeyedRocksOps):
                 fields = [(m.queue_id, len(m.body), m.tags)
                           for m in [r.message for r in records]]
                 layout.schedule_vlog(self, raw_keys, values, now_ms, batch, fields, olds,
-                                     changes, added, key_dues)
+                                     changes, added, key_dues,
+                                     drop=[value for _, value in retire])
                 self._corrupt_count = corrupt_count
                 return list(map(new_scheduled, zip(handles, key_dues)))
             put, timer_h = batch.put, self._timer_h
