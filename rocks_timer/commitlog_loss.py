@@ -97,6 +97,21 @@ def lost_entries(queue: ConsumeQueue, ranges: Iterable[LostRange], end: int
     return [found[k] for k in sorted(found)]
 
 
+def find_loss(commitlog: Any, queues: Iterable[ConsumeQueue]
+              ) -> tuple[list[LostRange], list[LostMessage]]:
+    """What is lost in ``commitlog`` as ``queues`` show it: the CommitLog's lost ranges, plus
+    the range cut off its end below records the queues index; and the messages named."""
+    ranges = list(commitlog.lost_ranges)
+    end = commitlog.max_offset  # the last whole record's end: a torn tail is past it
+    found = [m for cq in queues for m in lost_entries(cq, ranges, end)]
+    past = [m.commitlog_offset + m.size for m in found if m.commitlog_offset + m.size > end
+            and not any(r.start <= m.commitlog_offset < r.end for r in ranges)]
+    if past:  # not a torn tail: records that had been written and indexed are gone
+        ranges.append(LostRange(end, max(past), "-", "the commitlog ends below records its "
+                                "consume queues index (its newest segment was cut or deleted)"))
+    return ranges, found
+
+
 def _message(queue: ConsumeQueue, queue_offset: int, offset: int, size: int) -> LostMessage:
     return LostMessage(queue.topic, queue.queue_id, queue_offset, offset, size)
 

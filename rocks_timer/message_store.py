@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 from rocks_timer.clock import Clock
 from rocks_timer.commit_sync import GroupCommit
 from rocks_timer.commitlog import CommitLog, LostRange
-from rocks_timer.commitlog_loss import LossLedger, LossRecord, lost_entries
+from rocks_timer.commitlog_loss import LossLedger, LossRecord, find_loss, lost_entries
 from rocks_timer.config import BrokerConfig
 from rocks_timer.batch_encoder import encode_batch, prepare_batch, record_size_of
 from rocks_timer.consumequeue import ConsumeQueue, ConsumeQueueSet, tags_code
@@ -81,16 +81,7 @@ class MessageStore:
     # -- recovery -------------------------------------------------------------------------
     def _recover(self) -> None:
         self.loss = LossLedger(self.root)
-        ranges = list(self.commitlog.lost_ranges)
-        end = self.commitlog.max_offset  # the last whole record's end: a torn tail is past it
-        found = [m for cq in self.queues.all() for m in lost_entries(cq, ranges, end)]
-        past = [m.commitlog_offset + m.size for m in found if m.commitlog_offset + m.size > end
-                and not any(r.start <= m.commitlog_offset < r.end for r in ranges)]
-        if past:  # not a torn tail: records that had been written and indexed are gone
-            newest = self.commitlog.segments()[-1].path.name if self.commitlog.segments() \
-                else "-"
-            ranges.append(LostRange(end, max(past), newest, "cut below records its consume "
-                                    "queues index"))
+        ranges, found = find_loss(self.commitlog, self.queues.all())
         if ranges or found:  # evidence first: recovery then drops the entries that name it
             self.loss.add(ranges, found)
         self.commitlog.cut_torn_tail()

@@ -22,7 +22,7 @@ from typing import Any
 
 from rocks_timer import datadir
 from rocks_timer.commitlog import ReadOnlyCommitLog
-from rocks_timer.commitlog_loss import LossLedger, LossRecord, lost_entries
+from rocks_timer.commitlog_loss import LossLedger, LossRecord, find_loss
 from rocks_timer.config import BrokerConfig
 from rocks_timer.consumequeue import ReadOnlyConsumeQueue
 from rocks_timer.consumer_offsets import ConsumerOffsets
@@ -180,10 +180,8 @@ class ReadOnlyView:
         """The loss record, plus what the files show now and no open has recorded yet."""
         record = LossLedger(self.path).load()
         known = {(m.topic, m.queue_id, m.queue_offset) for m in record.messages}
-        ranges = list(self.commitlog.lost_ranges)
-        found = [m for q in self.queue_list
-                 for m in lost_entries(q, ranges, self.commitlog.max_offset)
-                 if (m.topic, m.queue_id, m.queue_offset) not in known]
+        ranges, found = find_loss(self.commitlog, self.queue_list)
+        found = [m for m in found if (m.topic, m.queue_id, m.queue_offset) not in known]
         have = {(r.start, r.end) for r in record.ranges}
         return LossRecord(record.ranges + [r for r in ranges if (r.start, r.end) not in have],
                           record.messages + found, record.more_messages, record.accepted,
