@@ -34,7 +34,7 @@ from rocks_timer.commitlog_loss import LossRecord
 from rocks_timer.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue
 from rocks_timer.errors import RocksTimerError
 from rocks_timer.message import SCHEDULE_TOPIC, WHEEL_TIMER_TOPIC
-from rocks_timer.record import HEADER_SIZE
+from rocks_timer.record import FIXED_SIZE, HEADER_SIZE, decode_record
 
 _QUEUE_FIELDS = struct.Struct(">iiq")  # queueId, flag, queueOffset at byte 12
 _BODY_LEN = struct.Struct(">i")
@@ -244,7 +244,7 @@ def _check_log_and_queues(report: CheckReport, commitlog, queues: dict, until: i
         report.add(f"commitlog record at {raw.offset} ({topic}/{queue_id} queue offset "
                    f"{queue_offset}) has no matching consume queue entry")
     for damage in commitlog.damage:
-        report.add(damage.describe())
+        report.add(damage.describe() + _who(commitlog, damage.offset, damage.length))
     entries = 0
     floor = commitlog.min_offset
     for (topic, queue_id), walk in sorted(queues.items()):
@@ -261,6 +261,21 @@ def _check_log_and_queues(report: CheckReport, commitlog, queues: dict, until: i
     report.figures.update(commitlog_records=records, consume_queue_entries=entries,
                           unindexed_records=unindexed,
                           commitlog_corrupt_regions=len(commitlog.damage))
+
+
+def _who(commitlog, offset: int, length: int) -> str:
+    """The message a damaged region probably held, read without its CRC (its fields may be
+    damaged too, so the report says "probably"); "" when even that does not decode."""
+    try:
+        size = _BODY_LEN.unpack(commitlog.read(offset, FIXED_SIZE)[:4])[0]
+        if not FIXED_SIZE <= size <= length:
+            return ""
+        message = decode_record(commitlog.read(offset, size), offset, check_crc=False)
+    except (KeyError, RocksTimerError, ValueError):
+        return ""
+    keys = ",".join(message.keys) or "-"
+    return (f"; it probably held msg_id {message.msg_id} (topic {message.topic}, keys {keys}, "
+            f"queue offset {message.queue_offset}; read past a failed CRC)")
 
 
 def _check_timer(report: CheckReport, source) -> None:

@@ -22,6 +22,7 @@ from rocks_timer.timer.delivery import delivery_copy_py
 from rocks_timer.timer.rocksdb import segments as S
 from rocks_timer.timer.rocksdb.claim_codec import claim_batch
 from rocks_timer.timer.rocksdb.claimed import ClaimedBatch
+from rocks_timer.timer.rocksdb.setaside import name_key
 from rocks_timer.timer.values import decode_value
 
 if TYPE_CHECKING:
@@ -136,8 +137,8 @@ def quarantine(store: "RocksTimerStore", corrupt: list[tuple[bytes, bytes, Corru
     for raw, value, exc in corrupt:
         batch.put(raw, value, store._corrupt_h)
         batch.delete(raw, store._timer_h)
-        log.error("timer store %s: quarantined key %s (%d value bytes): %s",
-                  store.path, raw.hex(), len(value), exc)
+        log.error("timer store %s: set aside %s (%d value bytes; rtimer set-aside list): %s",
+                  store.path, name_key(raw), len(value), exc)
     pending = store._pending - len(corrupt)
     count = store._corrupt_count + len(corrupt)
     batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), store._meta_h)

@@ -248,7 +248,8 @@ def check(store: "RocksTimerStore") -> dict[str, Any]:
                     index_entries.update(K.index_entry(raw, key) for key in keys)
                 except CorruptRecordError as exc:
                     undecodable += 1
-                    problems.append(str(exc))
+                    from rocks_timer.timer.rocksdb.setaside import name_key
+                    problems.append(f"{name_key(raw)}: {exc}")
                 it.next()
             check_iterator(it, f"timer store {store.path} check")
         finally:

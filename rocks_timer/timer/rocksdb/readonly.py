@@ -137,7 +137,7 @@ class ReadOnlyRocksStore:
                                     for key in keyindex.message_keys(message))
                 except CorruptRecordError as exc:
                     undecodable += 1
-                    problems.append(f"{_named(raw)}: {exc}")
+                    problems.append(f"{setaside.name_key(raw)}: {exc}")
                 it.next()
             check_iterator(it, f"timer store {self.path} check")
         finally:
@@ -191,11 +191,3 @@ class ReadOnlyRocksStore:
                             "has no liveness row")
         return problems
 
-
-def _named(raw: bytes) -> str:
-    """A timer key told by message: msg_id, topic and due time (hex if it does not parse)."""
-    try:
-        key = K.decode_key(raw)
-    except CorruptRecordError:
-        return f"timer key {raw.hex()}"
-    return f"message {key.msg_id} (topic {key.topic}, due_ms {key.due_ms})"

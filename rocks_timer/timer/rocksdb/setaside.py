@@ -145,6 +145,15 @@ def examine(raw_key: bytes, index_value: bytes, segments: SegmentReader | None) 
     return Examined(info, raw_key, index_value, record, message)
 
 
+def name_key(raw: bytes) -> str:
+    """A timer key told by message: msg_id, topic and due time (hex if it does not parse)."""
+    try:
+        key = K.decode_key(raw)
+    except CorruptRecordError:
+        return f"timer key {bytes(raw).hex()}"
+    return f"message {key.msg_id} (topic {key.topic}, due_ms {key.due_ms})"
+
+
 def select(examined: Iterable[Examined], msg_ids: Iterable[str] | None) -> list[Examined]:
     """The rows naming ``msg_ids`` (all rows when None); an id that names none is an error."""
     rows = list(examined)
