@@ -172,6 +172,12 @@ def stats(figures: dict[str, Any]) -> None:
                       "skipped")
     if log.get("truncated_bytes"):
         damage.insert(0, f"recovery cut a torn commitlog tail of {log['truncated_bytes']} bytes")
+    if figures.get("lost_unaccepted"):
+        damage.insert(0, f"{figures['lost_unaccepted']} acknowledged message(s) lost with "
+                         "commitlog files (rtimer lost list)")
+    if figures.get("set_aside"):
+        damage.insert(0, f"{figures['set_aside']} timer message(s) set aside, not delivered "
+                         "(rtimer set-aside list)")
     lines += [("DAMAGED", line) for line in damage[:20]]
     if damage:
         lines.append(("", "run `rtimer check` for the full invariant walk"))
