@@ -82,9 +82,10 @@ def lost_entries(queue: ConsumeQueue, ranges: Iterable[LostRange], end: int
             if stop:
                 break
             at += len(data) // ENTRY.size
-    high = queue.max_offset
+    high, chunk = queue.max_offset, 16  # usually the last entry settles it: read little first
     while high > low_bound:
-        low = max(low_bound, high - _CHUNK)
+        low = max(low_bound, high - chunk)
+        chunk = min(_CHUNK, chunk * 4)
         data = queue.raw_entries(low, high - low)
         for i in range(high - low - 1, -1, -1):
             offset, size, _ = ENTRY.unpack_from(data, i * ENTRY.size)
