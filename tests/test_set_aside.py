@@ -113,3 +113,31 @@ def test_restore_of_an_unknown_id_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(cli, ["--data-dir", str(data), "set-aside", "restore",
                                       "00" * 16])
     assert result.exit_code != 0 and "no set-aside message has msg_id" in result.output
+
+
+def test_the_commands_reach_a_running_broker(tmp_path):
+    """With a broker holding the data dir, list, export, restore and check go over its socket
+    (the read-only view would be refused the lock) and say the same."""
+    from cli.remote import BrokerSocketServer
+    data = tmp_path / "data"
+    sent = seed(data)
+    [segment] = vlog_files(data)
+    saved = tmp_path / "segment.copy"
+    shutil.copy(segment, saved)
+    segment.unlink()
+    assert deliver(data) == []
+    with Broker.open(data, config(), clock=ManualClock(START_MS + 2 * HOUR)) as broker, \
+            BrokerSocketServer(broker, data):
+        code, out = rtimer(data, "check")
+        assert code == 1 and "4 message(s) set aside" in out
+        assert len(json.loads(rtimer(data, "set-aside", "list", "--json")[1])) == 4
+        assert rtimer(data, "set-aside", "export", str(tmp_path / "out"))[0] == 0
+        assert json.loads((tmp_path / "out" / "manifest.json").read_text())["exported"] == 4
+        shutil.copy(saved, segment)
+        code, out = rtimer(data, "set-aside", "restore")
+        assert code == 0 and "4 restored, 0 refused" in out
+        for _ in range(10):
+            broker.tick()
+        assert sorted(m.msg_id for m in broker.pull("later", 0, 0, 10)) == sorted(
+            s.msg_id for s in sent)
+        assert rtimer(data, "check")[0] == 0
