@@ -4,7 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo venv clean peers rocketmq faketime
+.PHONY: test demo venv clean peers rocketmq faketime browser prometheus remoting-clients \
+	java-remoting-client rocketmq4-venv js-remoting-client
 
 $(STAMP): pyproject.toml setup.py $(wildcard rocks_timer/_native/*.c rocks_timer/_native/*.h)
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
@@ -26,6 +27,45 @@ peers:
 	    beanstalkd redis-server) >/dev/null || echo "make: installing beanstalkd/redis-server failed"; \
 	else echo "make: beanstalkd or redis-server is missing and this is not root with apt-get:" \
 	  "not installing them (sudo apt-get install -y beanstalkd redis-server)"; fi
+
+# The unmodified RocketMQ 4.x clients the remoting front's tests drive (tests/fronts/):
+# the Java client 4.9.8 (Maven Central, into the Maven cache, compiled once), PyPI `rocketmq`
+# 0.4.4 (bundles the C++ core; a venv of its own, since its top-level package clashes with
+# rocketmq-python-client's) and npm `ali-ons` (from its lockfile). A missing tool is said and
+# skipped here; the tests then fail under CI=true and skip otherwise.
+JAVA_CLIENT := tests/fronts/java
+JAVA_CLIENT_CLASS := $(JAVA_CLIENT)/target/classes/rtimer/RemotingClient.class
+RMQ4_VENV := .venv-rocketmq4
+RMQ4_STAMP := $(RMQ4_VENV)/.installed
+JS_CLIENT := tests/fronts/js
+JS_STAMP := $(JS_CLIENT)/node_modules/.installed
+
+remoting-clients: java-remoting-client rocketmq4-venv js-remoting-client
+
+java-remoting-client: $(JAVA_CLIENT_CLASS)
+
+$(JAVA_CLIENT_CLASS): $(JAVA_CLIENT)/pom.xml $(JAVA_CLIENT)/src/main/java/rtimer/RemotingClient.java
+	@if command -v mvn >/dev/null && command -v javac >/dev/null; then \
+	  cd $(JAVA_CLIENT) && mvn -q -B dependency:build-classpath \
+	    -Dmdep.outputFile=target/classpath.txt && \
+	  javac --release 11 -d target/classes -cp "$$(cat target/classpath.txt)" \
+	    src/main/java/rtimer/RemotingClient.java; \
+	else echo "make: mvn or javac is missing: not building the Java 4.x client" \
+	  "(apt-get install -y maven openjdk-17-jdk-headless)"; fi
+
+rocketmq4-venv: $(RMQ4_STAMP)
+
+$(RMQ4_STAMP): pyproject.toml
+	@if $(PYTHON) -m venv $(RMQ4_VENV) && $(RMQ4_VENV)/bin/pip install --quiet \
+	    "$$(sed -n 's/^ *"\(rocketmq==[0-9.]*\)",*$$/\1/p' pyproject.toml)"; \
+	then touch $(RMQ4_STAMP); else echo "make: installing PyPI rocketmq 0.4.4 failed"; fi
+
+js-remoting-client: $(JS_STAMP)
+
+$(JS_STAMP): $(JS_CLIENT)/package.json $(JS_CLIENT)/package-lock.json
+	@if command -v npm >/dev/null; then \
+	  cd $(JS_CLIENT) && npm ci --silent --no-audit --no-fund && touch node_modules/.installed; \
+	else echo "make: npm is missing: not installing ali-ons (apt-get install -y npm)"; fi
 
 # The real Apache RocketMQ (bench/rocketmq, issue #29): Maven resolves the pinned jars of
 # bench/rocketmq/pom.xml into the Maven cache (~/.m2/repository) and writes the runtime classpath
@@ -56,7 +96,29 @@ faketime:
 	else echo "make: faketime is missing and this is not root with apt-get:" \
 	  "not installing it (sudo apt-get install -y faketime)"; fi
 
-test: $(STAMP) peers rocketmq
+# The dashboard's browser test drives Debian's headless Chromium through chromedriver (selenium
+# comes with the dev extra); `promtool check metrics` comes with Debian's prometheus package.
+# Installed only when missing and we are root; otherwise say so and go on (those tests then skip
+# with the reason, and fail under CI=true).
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing the dashboard test's browser: apt-get install -y chromium chromium-driver"; \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	    chromium chromium-driver) >/dev/null || echo "make: installing chromium failed"; \
+	else echo "make: chromium or chromedriver is missing and this is not root with apt-get:" \
+	  "not installing them (sudo apt-get install -y chromium chromium-driver)"; fi
+
+prometheus:
+	@if command -v promtool >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing promtool: apt-get install -y prometheus"; \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	    --no-install-recommends prometheus) >/dev/null || echo "make: installing prometheus failed"; \
+	else echo "make: promtool is missing and this is not root with apt-get:" \
+	  "not installing it (sudo apt-get install -y prometheus)"; fi
+
+test: $(STAMP) peers rocketmq browser prometheus remoting-clients
 	$(PY) -m pytest -q
 
 demo: $(STAMP)
@@ -64,4 +126,5 @@ demo: $(STAMP)
 	$(VENV)/bin/rtimer --data-dir demo-data demo
 
 clean:
-	rm -rf $(VENV) demo-data rtimer-data .pytest_cache .hypothesis
+	rm -rf $(VENV) $(RMQ4_VENV) $(JAVA_CLIENT)/target
+	rm -rf $(JS_CLIENT)/node_modules demo-data rtimer-data .pytest_cache .hypothesis

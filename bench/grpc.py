@@ -51,7 +51,8 @@ def _import_client(home: Path):
 def _start_broker(data: Path, home: Path) -> tuple[subprocess.Popen, int]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(home))
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "--data-dir", str(data), "run",
-                             "--grpc-listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                             "--grpc-listen", "127.0.0.1:0", "--remoting-listen", "off"],
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

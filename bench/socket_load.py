@@ -42,7 +42,8 @@ LINE_BYTES = 1024
 
 def start_broker(data: Path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "--data-dir", str(data), "run",
-                             "--grpc-listen", "off"], cwd=ROOT, stdout=subprocess.PIPE,
+                             "--grpc-listen", "off", "--remoting-listen", "off"],
+                            cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     line = proc.stdout.readline()

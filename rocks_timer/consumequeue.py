@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Mapping
 
 from rocks_timer.delay_levels import DelayLevelTable
+from rocks_timer.fileio import create_durably, mkdir_durably
 from rocks_timer.private import FILE_MODE
 from rocks_timer.message import DELAY, SCHEDULE_TOPIC
 from rocks_timer.record import java_string_hash
@@ -78,7 +79,7 @@ class ConsumeQueue:
         self._load()
 
     def _prepare_directory(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        mkdir_durably(self.directory)
 
     # -- state ---------------------------------------------------------------------------
     def _load(self) -> None:
@@ -164,7 +165,7 @@ class ConsumeQueue:
     def _fd_for(self, start: int) -> int:
         fd = self._files.get(start)
         if fd is None:
-            fd = os.open(self.directory / f"{start:020d}", os.O_RDWR | os.O_CREAT, FILE_MODE)
+            fd = create_durably(self.directory / f"{start:020d}", os.O_RDWR, FILE_MODE)
             self._files[start] = fd
         return fd
 
@@ -317,7 +318,7 @@ class ConsumeQueueSet:
         self._entries_per_file = entries_per_file
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
-        root.mkdir(parents=True, exist_ok=True)
+        mkdir_durably(root)
         for topic_dir in sorted(root.iterdir()):
             for queue_dir in sorted(topic_dir.iterdir()) if topic_dir.is_dir() else ():
                 if queue_dir.name.isdigit():

@@ -74,6 +74,13 @@ class ConsumerOffsets:
         with self._lock:
             return self._load().get(f"{topic}@{group}", {}).get(str(queue_id), 0)
 
+    def find(self, topic: str, group: str, queue_id: int) -> int | None:
+        """The group's next offset in ``topic``/``queue_id``, or None if it never committed one
+        (a RocketMQ broker answers QUERY_NOT_FOUND there, not 0)."""
+        _check_topic(topic), check_group(group)
+        with self._lock:
+            return self._load().get(f"{topic}@{group}", {}).get(str(queue_id))
+
     def table(self) -> dict[tuple[str, str, int], int]:
         """Every remembered offset as {(topic, group, queue id): next offset}."""
         with self._lock:
@@ -86,6 +93,18 @@ class ConsumerOffsets:
         with self._lock:
             table = self._load()
             table.setdefault(f"{topic}@{group}", {})[str(queue_id)] = next_offset
+            self._write(table)
+
+    def commit_many(self, offsets: dict[tuple[str, str, int], int]) -> None:
+        """Commit {(topic, group, queue id): next offset} with one write of the file."""
+        for topic, group, _ in offsets:
+            _check_topic(topic), check_group(group)
+        if not offsets:
+            return
+        with self._lock:
+            table = self._load()
+            for (topic, group, queue_id), next_offset in offsets.items():
+                table.setdefault(f"{topic}@{group}", {})[str(queue_id)] = next_offset
             self._write(table)
 
     def clamp(self, max_offset: Callable[[str, int], int]) -> list[str]:

@@ -48,7 +48,7 @@ class BrokerProcess:
         env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(CLIENT_HOME))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "--data-dir", str(self.data_dir), *self.extra,
-             "run", "--grpc-listen", "127.0.0.1:0"],
+             "run", "--grpc-listen", "127.0.0.1:0", "--remoting-listen", "off"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
         deadline = time.monotonic() + START_TIMEOUT_S
         assert self.proc.stdout is not None

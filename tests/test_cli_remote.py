@@ -35,7 +35,8 @@ def rtimer_json(data: Path, *args: str):
 
 
 def start_broker(data: Path) -> subprocess.Popen:
-    proc = subprocess.Popen([*RTIMER, "--data-dir", str(data), "run"], cwd=ROOT,
+    proc = subprocess.Popen([*RTIMER, "--data-dir", str(data), "run", "--remoting-listen",
+                             "off"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     assert "broker running" in line, (line, proc.poll())

@@ -16,7 +16,8 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 
 def run_broker(data: Path, *listen: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "cli.main", "--data-dir", str(data), "run",
-                             *listen], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             "--remoting-listen", "off", *listen], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
                             cwd=ROOT, env=ENV)
 
 

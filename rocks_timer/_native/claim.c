@@ -222,23 +222,6 @@ done:
  * least 8 long: the due time in ms, big-endian) fall due in each second. Reference:
  * due_second_counts_py in rocks_timer/timer/rocksdb/claim_codec.py. A delivered batch is in
  * key order, so equal seconds come in runs: one dict update per run. */
-static int add_count(PyObject *counts, uint64_t second, Py_ssize_t n) {
-    PyObject *key = PyLong_FromUnsignedLongLong(second);
-    if (key == NULL) return -1;
-    PyObject *old = PyDict_GetItemWithError(counts, key);
-    long long have = 0;
-    if (old == NULL && PyErr_Occurred()) { Py_DECREF(key); return -1; }
-    if (old != NULL && (have = PyLong_AsLongLong(old)) == -1 && PyErr_Occurred()) {
-        Py_DECREF(key);
-        return -1;
-    }
-    PyObject *value = PyLong_FromLongLong(have + n);
-    int rc = value == NULL ? -1 : PyDict_SetItem(counts, key, value);
-    Py_DECREF(key);
-    Py_XDECREF(value);
-    return rc;
-}
-
 PyObject *due_second_counts(PyObject *self, PyObject *raws) {
     PyObject *seq = PySequence_Fast(raws, "due_second_counts: expected a sequence of bytes");
     if (seq == NULL) return NULL;
@@ -257,11 +240,11 @@ PyObject *due_second_counts(PyObject *self, PyObject *raws) {
             run++;
             continue;
         }
-        if (run && add_count(counts, second, run) < 0) goto fail;
+        if (run && dict_add_count(counts, PyLong_FromUnsignedLongLong(second), run) < 0) goto fail;
         second = s;
         run = 1;
     }
-    if (run && add_count(counts, second, run) < 0) goto fail;
+    if (run && dict_add_count(counts, PyLong_FromUnsignedLongLong(second), run) < 0) goto fail;
     Py_DECREF(seq);
     return counts;
 fail:

@@ -132,3 +132,19 @@ PyObject *cached_props(PyObject *dict) {
     return rc < 0 ? NULL : props;
 }
 
+
+int dict_add_count(PyObject *dict, PyObject *key, long long n) {
+    if (key == NULL) return -1;
+    PyObject *old = PyDict_GetItemWithError(dict, key);
+    long long have = 0;
+    if ((old == NULL && PyErr_Occurred())
+        || (old != NULL && (have = PyLong_AsLongLong(old)) == -1 && PyErr_Occurred())) {
+        Py_DECREF(key);
+        return -1;
+    }
+    PyObject *value = PyLong_FromLongLong(have + n);
+    int rc = value == NULL ? -1 : PyDict_SetItem(dict, key, value);
+    Py_DECREF(key);
+    Py_XDECREF(value);
+    return rc;
+}

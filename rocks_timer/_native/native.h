@@ -23,6 +23,9 @@ int int_field(PyObject *msg, PyObject *dict, PyObject *name, int64_t dflt, int64
 int32_t java_hash(PyObject *text);
 /* RocketMQ's property string of a mapping of str (name\x01value\x02 per entry). */
 PyObject *encode_props(PyObject *mapping);
+/* dict[key] += n (missing counts as 0). Steals ``key`` (which may be NULL with an exception
+ * set). 0, or -1 with an exception set. */
+int dict_add_count(PyObject *dict, PyObject *key, long long n);
 /* A message's cached property string (borrowed from its __dict__), built and cached if missing. */
 PyObject *cached_props(PyObject *dict);
 
@@ -91,4 +94,7 @@ static inline unsigned char *put64(unsigned char *p, uint64_t v) {
     put32(p, (uint32_t)(v >> 32));
     return put32(p + 4, (uint32_t)v);
 }
+/* tally.c */
+PyObject *delivery_tally(PyObject *self, PyObject *args);
+
 #endif

@@ -1,0 +1,130 @@
+"""Producer requests: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+RECALL_MESSAGE (370).
+
+A sent message becomes a library ``Message`` and goes through ``Broker.send_batch``, so routing is
+the library's (DESIGN §4): ``DELAY`` to the legacy levels, ``TIMER_*`` to the timer engine. A
+client's retry of a send (same topic and ``UNIQ_KEY``) is stored once (``RecentSends``, the gRPC
+front's dedup). Like a RocketMQ broker, a send to a retry topic whose ``reconsumeTimes`` passed
+the group's maximum goes to the group's dead-letter topic instead.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+
+from rocks_timer.message import (DELAY, TIMER_PROPERTIES, UNIQ_KEY, Message, decode_properties,
+                                 new_msg_id)
+from rocks_timer.remoting.codes import Response
+from rocks_timer.remoting.command import RemotingCommand
+from rocks_timer.remoting.headers import Header, HeaderError
+from rocks_timer.remoting.records import CLIENT_UNIQ_KEY, BodyError, decode_batch, uncompress
+from rocks_timer.remoting.topics import DLQ_PREFIX, RETRY_PREFIX, queue_count
+from rocks_timer.timer.handles import Handle
+
+MAX_BATCH = 1024
+MAX_CLIENT_KEY = 128
+_MSG_ID = re.compile(r"^[0-9A-Fa-f]{32}$")
+DEFAULT_MAX_RECONSUME_TIMES = 16
+REGION = "DefaultRegion"
+
+
+class BadRequest(ValueError):
+    """A request the front answers with ``code`` and the message as remark."""
+
+    def __init__(self, code: int, text: str):
+        super().__init__(text)
+        self.code = code
+
+
+class ProducerHandlers:
+    """Mixed into ``RemotingService``: the producer side."""
+
+    async def send_message(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        v2 = cmd.code != 10
+        header = Header.send(v2, cmd.ext)
+        topic = header.topic()
+        queue_id = header.integer("queueId", 0, low=-1, high=2**31 - 1)
+        if queue_id < 0:
+            queue_id = 0
+        if queue_id >= queue_count(topic):
+            raise HeaderError(f"queueId {queue_id} is illegal: topic {topic} has "
+                              f"{queue_count(topic)} queue(s)")
+        sys_flag = header.integer("sysFlag", 0, low=0, high=2**31 - 1)
+        born_ms = header.integer("bornTimestamp", 0, low=0) or None
+        flag = header.integer("flag", 0, low=-2**31, high=2**31 - 1)
+        reconsume = header.integer("reconsumeTimes", 0, low=0, high=2**31 - 1)
+        max_reconsume = header.integer("maxReconsumeTimes", DEFAULT_MAX_RECONSUME_TIMES,
+                                       low=-1, high=2**31 - 1)
+        if max_reconsume < 0:
+            max_reconsume = DEFAULT_MAX_RECONSUME_TIMES
+        limit = self.broker.config.max_message_size
+        if cmd.code == 320 or header.flag("batch"):
+            try:
+                entries = decode_batch(cmd.body, MAX_BATCH)
+            except BodyError as exc:
+                raise HeaderError(str(exc)) from None
+        else:
+            props = decode_properties(header.text("properties", ""))
+            entries = [(flag, uncompress(cmd.body, sys_flag, limit), props)]
+        messages = []
+        for entry_flag, body, props in entries:
+            if len(body) > limit:
+                raise BadRequest(Response.MESSAGE_ILLEGAL, f"the message body of {len(body)} "
+                                 f"bytes is larger than the limit of {limit} bytes")
+            messages.append(self._message(topic, queue_id, entry_flag, body, props, born_ms,
+                                          reconsume, max_reconsume))
+        self.topics.note(topic)
+        results = await self.recent.send(messages, self._store)
+        ids = [m.properties.get(CLIENT_UNIQ_KEY, r.msg_id) for m, r in zip(messages, results)]
+        ext = {"msgId": ",".join(ids), "queueId": results[0].queue_id, "queueOffset": 0,
+               "MSG_REGION": REGION, "TRACE_ON": "true"}
+        handles = [r.handle for r in results if r.handle]
+        if len(results) == 1 and handles:
+            ext["recallHandle"] = handles[0]
+        return cmd.response(Response.SUCCESS, ext=ext)
+
+    def _message(self, topic: str, queue_id: int, flag: int, body: bytes, props: dict,
+                 born_ms: int | None, reconsume: int, max_reconsume: int) -> Message:
+        props = dict(props)
+        props.pop("WAIT", None)
+        client_key = props.get(UNIQ_KEY)
+        if client_key is None:  # every client sets one; the dedup needs one
+            props[UNIQ_KEY] = new_msg_id()
+        elif not _MSG_ID.match(client_key):
+            # rtimer's ids are 32 hex digits (16 bytes); a Java client on a host without an
+            # IPv4 address makes 56. Keep the client's id for its consumers and store under a
+            # 32-digit id derived from it (the same for a retry of the send).
+            props[CLIENT_UNIQ_KEY] = client_key[:MAX_CLIENT_KEY]
+            props[UNIQ_KEY] = hashlib.md5(client_key.encode("utf-8")).hexdigest().upper()
+        if topic.startswith(RETRY_PREFIX) and reconsume > max_reconsume:
+            # RocketMQ moves a retry that ran out of attempts to the dead-letter topic
+            topic, queue_id = DLQ_PREFIX + topic[len(RETRY_PREFIX):], 0
+            props.pop(DELAY, None)
+            for name in TIMER_PROPERTIES:
+                props.pop(name, None)
+        return Message(topic=topic, body=body, flag=flag, properties=props, queue_id=queue_id,
+                       born_ms=born_ms, reconsume_times=reconsume)
+
+    async def _store(self, messages):
+        return await self.call(self.broker.send_batch, messages)
+
+    async def recall_message(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        header = Header(cmd.ext)
+        topic = header.topic()
+        text = header.text("recallHandle", max_len=400)
+        try:
+            handle = Handle.decode(text)
+        except ValueError as exc:
+            raise BadRequest(Response.ILLEGAL_OPERATION, f"recall failed: {exc}") from None
+        if handle.topic != topic:
+            raise BadRequest(Response.ILLEGAL_OPERATION,
+                             f"recall failed: the handle belongs to topic {handle.topic}, not "
+                             f"{topic}")
+        if not await self.call(self.broker.cancel, text):
+            raise BadRequest(Response.ILLEGAL_OPERATION,
+                             "recall failed: the message was delivered, is being delivered, "
+                             "or was recalled already")
+        return cmd.response(Response.SUCCESS, ext={"msgId": handle.msg_id})
+
+
+__all__ = ["ProducerHandlers", "BadRequest"]

@@ -1,0 +1,247 @@
+"""``RemotingFront``: serves RocketMQ's remoting protocol for one open Broker on its own thread.
+
+An asyncio server on a private event loop (held pulls are cheap coroutines there), with the
+blocking broker calls on a small thread pool. Bounded like every other way in (DESIGN §15):
+connections, frame size (16 MiB, RocketMQ's), requests in progress per connection (past it a
+request answers SYSTEM_BUSY), idle time (a client heartbeats every 30 s), and the time a started
+frame may take to arrive. A frame that does not parse closes its connection only; every other
+connection goes on.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from rocks_timer.errors import ConfigError
+from rocks_timer.remoting import command as wire
+from rocks_timer.remoting.codes import Response
+from rocks_timer.remoting.command import RemotingCommand
+from rocks_timer.remoting.namesrv import CLUSTER, NameServerRegistrar
+from rocks_timer.remoting.service import RemotingService
+from rocks_timer.timer.handles import TOPIC_PATTERN
+
+log = logging.getLogger(__name__)
+DEFAULT_LISTEN = "127.0.0.1:9876"
+MAX_CONNECTIONS = 1_000
+MAX_IN_FLIGHT = 256           # requests in progress on one connection (held pulls included)
+IDLE_S = 180.0                # no frame for this long: the connection is closed
+FRAME_S = 60.0                # a frame whose first bytes arrived must be whole by then
+OFFSET_FLUSH_S = 1.0
+START_TIMEOUT_S = 30.0
+
+
+def parse_listen(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``[v6]:PORT``) → (host, port); ``off`` → None."""
+    text = (text or "").strip()
+    if text.lower() == "off":
+        return None
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"--remoting-listen {text!r} must be HOST:PORT (port 0..65535, "
+                          "0 = any free port) or 'off'")
+    return host, int(port)
+
+
+class Connection:
+    """One client connection: writes are serialised, requests in progress counted."""
+
+    def __init__(self, writer: asyncio.StreamWriter):
+        self.writer = writer
+        self.in_flight = 0
+        self.peer = writer.get_extra_info("peername")
+
+    def send(self, cmd: RemotingCommand) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(cmd.encode())
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class RemotingFront:
+    """Serves the remoting protocol for ``broker`` on ``host:port``."""
+
+    def __init__(self, broker, host: str, port: int, *, broker_name: str | None = None,
+                 namesrv: list[tuple[str, int]] | None = None, workers: int = 8,
+                 max_in_flight: int = MAX_IN_FLIGHT):
+        if broker_name is not None and not TOPIC_PATTERN.match(broker_name):
+            raise ConfigError(f"--broker-name {broker_name!r} is invalid; it must match "
+                              "^[%|a-zA-Z0-9_-]{1,127}$ (it is also a topic name)")
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.broker_name = broker_name
+        self.namesrv = namesrv or []
+        self.workers = workers
+        self.max_in_flight = max_in_flight
+        self.service: RemotingService | None = None
+        self.registrar: NameServerRegistrar | None = None
+        self.rejected_connections = 0
+        self.closed_for_junk = 0
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+        self._handlers: set[asyncio.Task] = set()  # one per open connection
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+    def start(self) -> "RemotingFront":
+        """Bind and serve; returns once the port is bound (``port`` then holds the real one)."""
+        self._thread = threading.Thread(target=self._run, name="remoting-front", daemon=True)
+        self._thread.start()
+        if not self._started.wait(START_TIMEOUT_S):
+            raise ConfigError(f"remoting front did not start on {self.address} in time")
+        if self._error is not None:
+            raise ConfigError(f"remoting front cannot listen on {self.address}: {self._error}")
+        return self
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - reported to start() or logged
+            if not self._started.is_set():
+                self._error = exc
+                self._started.set()
+            else:
+                log.exception("remoting front stopped with an error")
+
+    async def _serve(self) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="remoting-broker") as executor:
+            server = await asyncio.start_server(self._connection, self.host, self.port,
+                                                reuse_address=True, limit=1 << 16)
+            self.port = server.sockets[0].getsockname()[1]
+            name = self.broker_name or f"rtimer-{self.port}"
+            self.broker_name = name
+            service = self.service = RemotingService(self.broker, executor, self.host,
+                                                     self.port, name, CLUSTER)
+
+            def arrived(topics: set[str]) -> None:  # on the CommitLog's writing thread
+                if not service.watched_topics.isdisjoint(topics):
+                    loop.call_soon_threadsafe(service.arrived, topics)
+            self.broker.watch_arrivals(arrived)
+            chores = asyncio.create_task(self._chores())
+            if self.namesrv:
+                self.registrar = NameServerRegistrar(self.namesrv, service.topics, name,
+                                                     service.address, CLUSTER)
+                self.registrar.start()
+            self._started.set()
+            try:
+                await self._stop.wait()
+            finally:
+                self.broker.unwatch_arrivals(arrived)
+                if self.registrar is not None:
+                    await self.registrar.stop()
+                server.close()
+                for conn in list(service.connections):
+                    conn.close()
+                if self._handlers:  # closed connections end their readers: wait for them
+                    await asyncio.wait(list(self._handlers), timeout=5)
+                chores.cancel()
+                await service.flush_offsets()
+
+    async def _chores(self) -> None:
+        """Once a second: write offsets that came with pulls, sample the timer rates, drop
+        clients whose heartbeats stopped."""
+        service = self.service
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(OFFSET_FLUSH_S)
+            try:
+                await service.flush_offsets()
+                service.rates.sample(loop.time())
+                service.expire_clients()
+            except Exception:  # noqa: BLE001 - a chore loop never dies; it logs and goes on
+                log.exception("remoting chores failed")
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        service = self.service
+        if len(service.connections) >= MAX_CONNECTIONS:
+            self.rejected_connections += 1
+            writer.close()
+            return
+        conn = Connection(writer)
+        service.connections.add(conn)
+        me = asyncio.current_task()
+        self._handlers.add(me)
+        tasks: set[asyncio.Task] = set()
+        try:
+            while True:
+                prefix = await asyncio.wait_for(reader.readexactly(8), IDLE_S)
+                total, _ = wire.frame_size(prefix)
+                rest = await asyncio.wait_for(reader.readexactly(total - 4), FRAME_S)
+                cmd = wire.decode(int.from_bytes(prefix[4:], "big"), rest)
+                if cmd.is_response:
+                    continue  # clients answer nothing we wait for (our requests are oneway)
+                if conn.in_flight >= self.max_in_flight:
+                    conn.send(cmd.response(Response.SYSTEM_BUSY, remark="too many requests in "
+                                           f"progress on this connection ({self.max_in_flight})"))
+                    continue
+                conn.in_flight += 1
+                task = asyncio.create_task(self._answer(conn, cmd))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        except (wire.FrameError, ValueError, RecursionError) as exc:
+            self.closed_for_junk += 1
+            log.info("remoting connection %s closed: %s", conn.peer, exc)
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, OSError):
+            pass
+        finally:
+            self._handlers.discard(me)
+            service.connection_closed(conn)
+            conn.close()
+
+    async def _answer(self, conn: Connection, cmd: RemotingCommand) -> None:
+        try:
+            response = await self.service.handle(conn, cmd)
+            conn.send(response)
+            await conn.writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            conn.in_flight -= 1
+
+    def stop(self) -> None:
+        """Unregister from NameServers, close every connection, release the port."""
+        if self._loop is not None and self._stop is not None and self._thread is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:
+                pass  # the loop already ended
+            self._thread.join(15)
+
+    def request_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Requests and failed requests (answered with an error code) per request name since
+        start (for the metrics endpoint)."""
+        if self.service is None:
+            return {}, {}
+        requests, failures = dict(self.service.requests), dict(self.service.failures)
+        return ({k: v for k, v in requests.items() if v},
+                {k: v for k, v in failures.items() if v})
+
+    def stats(self) -> dict:
+        service = self.service
+        return {"connections": len(service.connections) if service else 0,
+                "duplicate_sends": service.recent.duplicates if service else 0,
+                "closed_for_junk": self.closed_for_junk,
+                "rejected_connections": self.rejected_connections,
+                "registrations": self.registrar.registered if self.registrar else 0}
+
+    def __enter__(self) -> "RemotingFront":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+__all__ = ["RemotingFront", "parse_listen", "DEFAULT_LISTEN"]
