@@ -11,7 +11,7 @@ import click
 
 from cli import grpc_front, metrics_front, remoting_front, render
 from cli.durations import InputError, format_ms, parse_time_ms
-from cli.session import Settings, call
+from cli.session import Settings, call, call_read_only
 from cli.remote import BrokerSocketServer, socket_path
 
 
@@ -154,14 +154,18 @@ def check(settings: Settings, as_json: bool) -> None:
 
     Every CommitLog record passes its CRC and is indexed by its ConsumeQueue, every queue
     entry points at a matching record, the timer store's pending count equals its keys (and,
-    in the vlog layout, segment live counts match the index), and every offset lies within
-    its queue. Exit status 0 when all hold, 1 when one does not (or the data dir cannot be
-    opened).
+    in the vlog layout, segment live counts match the index), every offset lies within its
+    queue, no acknowledged message is lost (CommitLog ranges gone under queue entries, named
+    by topic, queue and offset) and none is set aside (named by msg_id, topic, keys and due
+    time). Without a running broker it opens every file read-only and changes nothing (a torn
+    tail is reported, not cut); with one it asks that broker. Exit status 0 when all hold, 1
+    when one does not (or the data dir cannot be opened).
 
     Example: rtimer check
     """
+    from rocks_timer.check import check_view
     settings.require_data_dir()
-    report = call(settings, "check")
+    report = call_read_only(settings, "check", lambda view: check_view(view).as_dict())
     if as_json:
         render.echo_json(report)
     else:

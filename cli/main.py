@@ -13,7 +13,7 @@ import click
 
 from rocks_timer.errors import RocksTimerError
 
-from cli import cmd_broker, cmd_keys, cmd_messages, demo
+from cli import cmd_broker, cmd_damage, cmd_keys, cmd_messages, demo
 from cli.session import ENGINES, LOCK_WAIT_S, Settings
 
 
@@ -79,7 +79,7 @@ def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, engine: st
 for _command in (cmd_messages.send, cmd_messages.scan, cmd_messages.cancel, cmd_messages.consume,
                  cmd_keys.find, cmd_keys.reschedule,
                  cmd_broker.run, cmd_broker.stats, cmd_broker.check, cmd_broker.compact,
-                 cmd_broker.repair,
+                 cmd_broker.repair, cmd_damage.set_aside, cmd_damage.lost,
                  cmd_broker.bench,
                  demo.demo):
     cli.add_command(_command)

@@ -182,9 +182,33 @@ def check(broker: Broker, data_dir: Path) -> dict[str, Any]:
     return broker.check().as_dict()
 
 
+def set_aside_list(broker: Broker, data_dir: Path) -> list[dict[str, Any]]:
+    return [row.as_dict() for row in broker.set_aside()]
+
+
+def set_aside_export(broker: Broker, data_dir: Path, *, directory: str,
+                     msg_ids: list[str] | None = None) -> dict[str, Any]:
+    return broker.export_set_aside(Path(directory), msg_ids or None)
+
+
+def set_aside_restore(broker: Broker, data_dir: Path, *, msg_ids: list[str] | None = None
+                      ) -> dict[str, Any]:
+    return broker.restore_set_aside(msg_ids or None)
+
+
+def lost_list(broker: Broker, data_dir: Path) -> dict[str, Any]:
+    return broker.lost().as_dict()
+
+
+def lost_accept(broker: Broker, data_dir: Path) -> dict[str, Any]:
+    return broker.accept_loss().as_dict()
+
+
 OPS: dict[str, Callable[..., Any]] = {
     "send": send, "scan": scan, "cancel": cancel, "consume": consume, "stats": stats,
-    "compact": compact, "check": check,
+    "compact": compact, "check": check, "set_aside_list": set_aside_list,
+    "set_aside_export": set_aside_export, "set_aside_restore": set_aside_restore,
+    "lost_list": lost_list, "lost_accept": lost_accept,
 }
 
 from cli import ops_keys  # noqa: E402 - it imports check_topic and SCAN_PAGE from here

@@ -211,6 +211,12 @@ def stats(figures: dict[str, Any]) -> None:
                       "skipped")
     if log.get("truncated_bytes"):
         damage.insert(0, f"recovery cut a torn commitlog tail of {log['truncated_bytes']} bytes")
+    if figures.get("lost_unaccepted"):
+        damage.insert(0, f"{figures['lost_unaccepted']} acknowledged message(s) lost with "
+                         "commitlog files (rtimer lost list)")
+    if figures.get("set_aside"):
+        damage.insert(0, f"{figures['set_aside']} timer message(s) set aside, not delivered "
+                         "(rtimer set-aside list)")
     lines += [("DAMAGED", printable(line)) for line in damage[:20]]
     if damage:
         lines.append(("", "run `rtimer check` for the full invariant walk"))
@@ -237,9 +243,12 @@ def check(report: dict[str, Any]) -> None:
     """``rtimer check``: what was walked, then each problem."""
     timer = report.get("timer", {})
     pending = timer.get("pending", timer.get("live_keys", "?"))
+    pending = "an uncounted number of" if pending is None else pending
     click.echo(f"checked {report['commitlog_records']} commitlog records, "
                f"{report['consume_queue_entries']} consume queue entries in "
                f"{report['queues']} queue(s), {pending} pending timer messages")
+    for note in report.get("notes", []):
+        click.echo(f"note: {note}")
     if report["ok"]:
         click.echo("ok: every invariant holds")
         return
@@ -273,3 +282,38 @@ def repaired(result: dict[str, Any]) -> None:
         click.echo(f"  ... and {len(result['lost']) - 1000} more (--json lists every one)")
     for problem in result["problems"][:20]:
         click.echo(f"  problem: {problem}")
+
+
+def set_aside(rows: list[dict[str, Any]]) -> None:
+    """``rtimer set-aside list``: one line per message, then how many."""
+    for row in rows:
+        keys = "unknown" if row["keys"] is None else (",".join(row["keys"]) or "-")
+        due = row["due_ms"]
+        click.echo(f"{row['msg_id']}  {row['topic']}  keys {keys}  due {_iso(due)} "
+                   f"({due})  {'restorable' if row['restorable'] else 'not restorable'}")
+        click.echo(f"    reason: {row['reason']}")
+    restorable = sum(1 for row in rows if row["restorable"])
+    click.echo(f"{len(rows)} set-aside message(s), {restorable} restorable now")
+
+
+def lost(record: dict[str, Any]) -> None:
+    """``rtimer lost list``: the ranges, then the messages."""
+    for r in record["ranges"]:
+        where = f"segment {r['segment']} " if r["segment"] != "-" else ""
+        click.echo(f"range {r['start']}..{r['end']}: {where}{r['why']}")
+    for m in record["messages"]:
+        who = f"{m['msg_id']}  " if m.get("msg_id") else ""
+        click.echo(f"{who}{m['topic']}/{m['queue_id']} offset {m['queue_offset']}  "
+                   f"(commitlog offset {m['commitlog_offset']}, {m['size']} bytes)")
+    click.echo(f"{record['lost_messages']} lost message(s), {record['accepted']} accepted")
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return "?"
+    import datetime as dt
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+    except (OverflowError, OSError, ValueError):
+        return str(ms)

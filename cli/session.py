@@ -13,13 +13,14 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import click
 
 from rocks_timer import Broker, BrokerConfig, datadir
 from rocks_timer.errors import StoreLockedError
 from rocks_timer.private import hold_owner_only_umask, release_owner_only_umask
+from rocks_timer.readonly import ReadOnlyView
 
 from cli import ops
 from cli.remote import BrokerClient
@@ -119,3 +120,26 @@ def call(settings: Settings, op: str, create: bool = False, **args: Any) -> Any:
         with broker:
             result = ops.run(op, broker, settings.data_dir, args)
         return json.loads(json.dumps(result, default=str))
+
+
+def call_read_only(settings: Settings, op: str, read: Callable[[ReadOnlyView], Any],
+                   **args: Any) -> Any:
+    """Run ``op`` on the running broker if one answers; else ``read`` on a
+    :class:`~rocks_timer.readonly.ReadOnlyView` of the data dir (nothing opened for writing,
+    nothing recovered: the files as they are). Both paths return the same JSON document;
+    while another process holds the data dir without a socket it tries both again, as
+    :func:`call` does."""
+    deadline = time.monotonic() + settings.lock_wait_s
+    while True:
+        client = BrokerClient.connect(settings.data_dir)
+        if client is not None:
+            with client:
+                return client.call(op, args)
+        settings.require_data_dir()
+        try:
+            view = ReadOnlyView(settings.data_dir, settings.config())
+        except StoreLockedError as exc:
+            settings.wait_for_lock(exc, deadline)
+            continue
+        with view:
+            return json.loads(json.dumps(read(view), default=str))

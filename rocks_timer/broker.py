@@ -20,11 +20,14 @@ from rocks_timer import datadir
 from rocks_timer.broker_keys import KeyedOperations
 from rocks_timer.check import CheckReport, check_broker
 from rocks_timer.clock import Clock, ManualClock, SystemClock
+from rocks_timer.commitlog import LostRange
+from rocks_timer.commitlog_loss import LossRecord
 from rocks_timer.config import BrokerConfig
 from rocks_timer.consume_read import PulledBatch
 from rocks_timer.consumer_offsets import ConsumerOffsets
-from rocks_timer.errors import (CorruptRecordError, EngineNotAvailableError, RocksTimerError,
-                                StoreClosedError, StoreLockedError)
+from rocks_timer.errors import (CorruptRecordError, EngineNotAvailableError,
+                                InvalidMessageError, RocksTimerError, StoreClosedError,
+                                StoreLockedError)
 from rocks_timer.health import PERIODIC_FLUSH, TIMER_STEP, Health
 from rocks_timer.message import TIMER_OUT_MS, Message, msg_id_supplier
 from rocks_timer.message_store import MessageStore
@@ -32,6 +35,8 @@ from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, is_data_dir_o
                                  private_dir, release_owner_only_umask, tighten)
 from rocks_timer.routing import route, route_batch
 from rocks_timer.timer.deliverer import Deliverer
+from rocks_timer.timer.rocksdb import setaside
+from rocks_timer.timer.rocksdb.setaside import SetAsideMessage
 from rocks_timer.timer.histogram import bound_counts
 from rocks_timer.timer.store import ScanPage, TimerStore, maker, new_timer_record
 from rocks_timer.timer.tally import DelayTally
@@ -111,6 +116,16 @@ def _open_level_service(root: Path, config: BrokerConfig, messages: MessageStore
     return service
 
 
+def _record_reconcile_loss(timer: TimerStore, messages: MessageStore) -> None:
+    """The timer engine reconciled deliveries up to an offset the CommitLog no longer reaches:
+    the copies it delivered there are gone. Recorded before reconciliation moves the checkpoint
+    back to the end (``commitlog_loss``)."""
+    reconciled, end = timer.reconcile_from(), messages.max_offset
+    if reconciled is not None and reconciled > end:
+        messages.record_loss([LostRange(end, reconciled, "-", "behind the timer engine's "
+                                        "reconcile checkpoint (it had delivered there)")])
+
+
 class Broker(KeyedOperations):
     """One data directory, one process: send, scan, cancel, pull, stats, tick/start/stop;
     find / cancel / reschedule by key and the due histogram come from ``KeyedOperations``."""
@@ -156,6 +171,7 @@ class Broker(KeyedOperations):
             self.timer = _open_timer_store(self.path, self.config, self.messages, stored_format)
             self.deliverer = Deliverer(self.timer, self.messages, self.config, self.clock,
                                        self.health)
+            _record_reconcile_loss(self.timer, self.messages)
             self.deliverer.reconcile()
             self.levels = _open_level_service(self.path, self.config, self.messages, self.clock,
                                               self.health)
@@ -510,6 +526,53 @@ class Broker(KeyedOperations):
         with self._tick_lock:
             return check_broker(self)
 
+    # -- damage: set-aside messages and CommitLog loss (DESIGN §6c) ---------------------------
+    def set_aside(self) -> list[SetAsideMessage]:
+        """Every set-aside (quarantined) timer message, named by msg_id, topic, keys (when its
+        value decodes), due time and reason; never delivered until restored. Engines without
+        a quarantine have none."""
+        self._check_open()
+        listing = getattr(self.timer, "set_aside", None)
+        return [row.info for row in listing()] if listing is not None else []
+
+    def export_set_aside(self, directory: Path | str, msg_ids: Sequence[str] | None = None
+                         ) -> dict[str, Any]:
+        """Write what is readable of the set-aside messages (all, or ``msg_ids``) into a new or
+        empty ``directory``: raw bytes per message and a ``manifest.json``. Changes nothing."""
+        self._check_open()
+        listing = getattr(self.timer, "set_aside", None)
+        rows = setaside.select(listing() if listing is not None else [], msg_ids)
+        return setaside.export(rows, Path(directory))
+
+    def restore_set_aside(self, msg_ids: Sequence[str] | None = None) -> dict[str, Any]:
+        """Put back the set-aside messages (all, or ``msg_ids``) whose value decodes now (the
+        cause fixed, for instance a value segment restored from a copy); the others are
+        refused with the reason. A restored message is delivered like any pending one (at
+        once if its due time has passed)."""
+        self._check_open()
+        restore = getattr(self.timer, "restore_set_aside", None)
+        if restore is None:
+            if msg_ids:
+                raise InvalidMessageError(f"timer engine {self.timer.name} sets nothing aside")
+            return {"restored": [], "refused": []}
+        with self._tick_lock:  # no claim runs meanwhile
+            result = restore(list(msg_ids) if msg_ids else None, self.clock.now_ms())
+        if result["restored"]:
+            self._wake.set()
+        return result
+
+    def lost(self) -> LossRecord:
+        """CommitLog loss recorded so far: the ranges gone and the messages named by the
+        ConsumeQueue entries that pointed into them (``commitlog_loss``)."""
+        self._check_open()
+        return self.messages.loss.load()
+
+    def accept_loss(self) -> LossRecord:
+        """Record that an operator has seen every loss listed so far: ``check`` stops failing on
+        it (it stays listed)."""
+        self._check_open()
+        return self.messages.loss.accept()
+
     def stats(self) -> dict[str, Any]:
         """Counters, lag and the engine's figures, and ``health``: ``healthy``, or
         ``degraded`` with each failure kind going on (where, error, count, since when). A
@@ -521,6 +584,7 @@ class Broker(KeyedOperations):
         first = self._figure("stats: timer scan", lambda: self.timer.scan(limit=1))
         lag_ms = None if first is None else max(0, now - first[0].deliver_at_ms) if first else 0
         due = self._figure("stats: due counters", self.due_histogram)
+        log_stats = self.messages.stats()
         return {
             "engine": self.timer.name,
             "health": self.health.as_dict(),
@@ -535,12 +599,16 @@ class Broker(KeyedOperations):
             "lag_ms": lag_ms,
             "timer": timer if timer is not None else {"bytes_written": {}},
             "due": due,
-            "commitlog": self.messages.stats(),
+            "commitlog": log_stats,
             "levels": self.levels.stats() if self.levels is not None else None,
             "clamped_consumer_offsets": list(self.clamped_offsets),
             "deliveries": self.deliverer.tally.as_dict(),
             "send_delays_ms": self.delays.as_dict(),
             "open": {"open_ms": self.open_ms, "previous_stop_clean": self.previous_stop_clean},
+            # damage an operator must look at (rtimer set-aside list, rtimer lost list)
+            "set_aside": (timer or {}).get("corrupt", 0),
+            "lost_messages": log_stats["lost"].get("lost_messages", 0),
+            "lost_unaccepted": log_stats["lost"].get("unaccepted", 0),
         }
 
     def pending_by_topic(self, max_entries: int = 100_000) -> tuple[dict[str, int], bool]:

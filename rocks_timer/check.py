@@ -13,9 +13,16 @@ What it checks (each violation is one line in ``problems``):
 - offsets are in range: consumer group offsets, delay-level offsets and the wheel's queue offset
   are at most their queue's end, the RocksDB reconcile offset at most the CommitLog end.
 
-It changes nothing. It is O(stored data): a diagnostic (``rtimer check``) and the last line of
-tests, not something to run on a hot path. The CommitLog end and the queues' ends are taken
-under the writer's lock, so a broker running meanwhile does not cause false reports.
+- nothing acknowledged is missing: CommitLog ranges lost under ConsumeQueue entries or the
+  timer's reconcile checkpoint (``commitlog_loss``; the messages named by topic, queue and
+  offset) fail the check until an operator accepts them (``rtimer lost accept``), and set-aside
+  messages fail it while any exist (named by msg_id, topic, keys and due time).
+
+It changes nothing, and walks either a live broker's parts (``Broker.check``, the CommitLog end
+and queues' ends taken between group writes, so a broker running meanwhile does not cause false
+reports) or a ``ReadOnlyView`` of a data dir no broker holds (``rtimer check``): both expose the
+same small surface (``LiveSource`` here, ``ReadOnlyView`` there). It is O(stored data): a
+diagnostic and the last line of tests, not something to run on a hot path.
 """
 from __future__ import annotations
 
@@ -23,10 +30,11 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from rocks_timer.commitlog_loss import LossRecord
 from rocks_timer.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue
 from rocks_timer.errors import RocksTimerError
 from rocks_timer.message import SCHEDULE_TOPIC, WHEEL_TIMER_TOPIC
-from rocks_timer.record import HEADER_SIZE
+from rocks_timer.record import FIXED_SIZE, HEADER_SIZE, decode_record
 
 _QUEUE_FIELDS = struct.Struct(">iiq")  # queueId, flag, queueOffset at byte 12
 _BODY_LEN = struct.Struct(">i")
@@ -90,22 +98,136 @@ class _Entries:
         return low
 
 
+class LiveSource:
+    """What ``check_view`` walks, taken from an open Broker through its public parts."""
+
+    def __init__(self, broker):
+        self.broker = broker
+        self.commitlog = broker.messages.commitlog
+        self.timer_name = broker.timer.name
+        self.problems: list[str] = []
+        self.notes: list[str] = []
+
+    def ends(self) -> tuple[int, dict[tuple[str, int], int]]:
+        return self.broker.messages.consistent_ends()
+
+    def queues(self) -> list[ConsumeQueue]:
+        return self.broker.messages.queues.all()
+
+    def timer_check(self) -> dict[str, Any]:
+        timer = self.broker.timer
+        engine_check = getattr(timer, "check", None)
+        if engine_check is None:
+            return {"engine": timer.name, "pending": timer.pending_count(), "problems": []}
+        return engine_check()
+
+    def consumer_offsets(self) -> dict[tuple[str, str, int], int]:
+        return self.broker.consumer_offsets.table()
+
+    def level_offsets(self) -> dict[int, int]:
+        levels = self.broker.levels
+        return levels.offsets.snapshot() if levels is not None else {}
+
+    def reconcile_from(self) -> int | None:
+        return self.broker.timer.reconcile_from()
+
+    def wheel_queue_offset(self) -> int | None:
+        state = getattr(self.broker.timer, "state", None)
+        return getattr(state, "queue_offset", None)
+
+    def loss(self) -> LossRecord:
+        return self.broker.messages.loss.load()
+
+    def set_aside(self) -> list[Any]:
+        listing = getattr(self.broker.timer, "set_aside", None)
+        return listing() if listing is not None else []
+
+
 def check_broker(broker) -> CheckReport:
+    return check_view(LiveSource(broker))
+
+
+def check_data_dir(path, config=None) -> CheckReport:
+    """``check_view`` on a ``ReadOnlyView`` of a data dir no broker holds: nothing is opened
+    for writing, nothing changes (StoreLockedError while a broker runs: ask it instead)."""
+    from rocks_timer.readonly import ReadOnlyView
+    with ReadOnlyView(path, config) as view:
+        return check_view(view)
+
+
+def check_view(source) -> CheckReport:
+    """Walk ``source`` (a ``LiveSource`` or a ``ReadOnlyView``) and report."""
     report = CheckReport()
-    store = broker.messages
-    commitlog = store.commitlog
-    with store._write_lock:  # a consistent cut: no group is half written
-        until = commitlog.max_offset
-        queues = {(q.topic, q.queue_id): _Entries(q, q.max_offset) for q in store.queues.all()}
-    _check_log_and_queues(report, commitlog, queues, until)
-    _check_timer(report, broker)
-    _check_offsets(report, broker, {k: w.end for k, w in queues.items()}, until)
+    commitlog = source.commitlog
+    until, ends = source.ends()
+    queues = {(q.topic, q.queue_id): _Entries(q, ends.get((q.topic, q.queue_id), q.max_offset))
+              for q in source.queues()}
+    for problem in source.problems:
+        report.add(problem)
+    try:
+        loss = source.loss()
+    except RocksTimerError as exc:
+        report.add(str(exc))
+        loss = LossRecord([], [])
+    known_lost: dict[tuple[str, int], list[int]] = {}
+    for m in loss.messages:
+        known_lost.setdefault((m.topic, m.queue_id), []).append(m.queue_offset)
+    _check_log_and_queues(report, commitlog, queues, until, known_lost)
+    _check_timer(report, source)
+    _check_offsets(report, source, {k: w.end for k, w in queues.items()}, until)
+    _check_loss(report, source, loss)
+    _check_set_aside(report, source)
     report.figures.update(commitlog_min_offset=commitlog.min_offset, commitlog_max_offset=until,
                           queues=len(queues))
+    if commitlog.torn_tail is not None:
+        offset, length = commitlog.torn_tail
+        report.figures["torn_tail"] = {"offset": offset, "bytes": length}
+        source.notes.append(f"commitlog: a torn tail of {length} bytes at offset {offset} "
+                            "(an incomplete last record nothing points into) will be cut by "
+                            "the next open")
+    if source.notes:
+        report.figures["notes"] = list(source.notes)
     return report
 
 
-def _check_log_and_queues(report: CheckReport, commitlog, queues: dict, until: int) -> None:
+def _check_loss(report: CheckReport, source, record: LossRecord) -> None:
+    report.figures["lost_messages"] = record.total
+    report.figures["lost_ranges"] = len(record.ranges)
+    if not record.unaccepted and not record.unaccepted_ranges:
+        if record.total or record.ranges:
+            source.notes.append(f"{record.total} lost message(s) recorded earlier were "
+                                "accepted by an operator (rtimer lost list)")
+        return
+    for lost in record.ranges[record.accepted_ranges:]:
+        report.add(lost.describe())
+    fresh = record.messages[record.accepted:]
+    for message in fresh[:MAX_LISTED // 2]:
+        report.add(message.describe())
+    if record.unaccepted:
+        report.add(f"{record.unaccepted} acknowledged message(s) lost with the commitlog "
+                   "range(s) above: `rtimer lost list` names them all; `rtimer lost accept` "
+                   "records that you have seen them")
+
+
+def _check_set_aside(report: CheckReport, source) -> None:
+    try:
+        rows = source.set_aside()
+    except RocksTimerError as exc:
+        report.add(f"set-aside messages cannot be listed: {exc}")
+        return
+    report.figures["set_aside"] = len(rows)
+    if not rows:
+        return
+    for row in rows[:MAX_LISTED // 2]:
+        report.add(row.info.describe())
+    restorable = sum(1 for row in rows if row.info.restorable)
+    report.add(f"{len(rows)} message(s) set aside, not delivered ({restorable} restorable "
+               "now): `rtimer set-aside list` shows them, `rtimer set-aside export DIR` saves "
+               "what is readable, `rtimer set-aside restore` puts back what decodes")
+
+
+def _check_log_and_queues(report: CheckReport, commitlog, queues: dict, until: int,
+                          known_lost: dict[tuple[str, int], list[int]]) -> None:
     records = unindexed = 0
     for raw in commitlog.iter_verified(until):
         records += 1
@@ -122,20 +244,18 @@ def _check_log_and_queues(report: CheckReport, commitlog, queues: dict, until: i
         report.add(f"commitlog record at {raw.offset} ({topic}/{queue_id} queue offset "
                    f"{queue_offset}) has no matching consume queue entry")
     for damage in commitlog.damage:
-        report.add(damage.describe())
-    for name in commitlog.missing_segments:
-        report.add(f"commitlog segment {name} is missing: the records it held are lost")
-    for name in commitlog.short_segments:
-        report.add(f"commitlog segment {name} is shorter than a sealed segment "
-                   f"({commitlog.segment_size} bytes): the records past its end are lost")
+        report.add(damage.describe() + _who(commitlog, damage.offset, damage.length))
     entries = 0
     floor = commitlog.min_offset
     for (topic, queue_id), walk in sorted(queues.items()):
-        live = walk.end - walk.first_live(floor)
+        first = walk.first_live(floor)
+        live = walk.end - first
         entries += live
-        if live != walk.matched:
-            report.add(f"consume queue {topic}/{queue_id}: {live - walk.matched} of {live} "
-                       "entries point at no matching commitlog record")
+        # entries of messages recorded as lost are reported (and accepted) as such
+        recorded = sum(1 for q in known_lost.get((topic, queue_id), ()) if first <= q < walk.end)
+        if live - recorded > walk.matched:
+            report.add(f"consume queue {topic}/{queue_id}: {live - recorded - walk.matched} of "
+                       f"{live} entries point at no matching commitlog record")
         for problem in walk.cq.file_problems():
             report.add(f"consume queue {topic}/{queue_id}: file {problem}")
     report.figures.update(commitlog_records=records, consume_queue_entries=entries,
@@ -143,27 +263,38 @@ def _check_log_and_queues(report: CheckReport, commitlog, queues: dict, until: i
                           commitlog_corrupt_regions=len(commitlog.damage))
 
 
-def _check_timer(report: CheckReport, broker) -> None:
-    timer = broker.timer
-    engine_check = getattr(timer, "check", None)
-    if engine_check is None:
-        report.figures["timer"] = {"engine": timer.name, "pending": timer.pending_count()}
-        return
+def _who(commitlog, offset: int, length: int) -> str:
+    """The message a damaged region probably held, read without its CRC (its fields may be
+    damaged too, so the report says "probably"); "" when even that does not decode."""
     try:
-        result = engine_check()
+        size = _BODY_LEN.unpack(commitlog.read(offset, FIXED_SIZE)[:4])[0]
+        if not FIXED_SIZE <= size <= length:
+            return ""
+        message = decode_record(commitlog.read(offset, size), offset, check_crc=False)
+    except (KeyError, RocksTimerError, ValueError):
+        return ""
+    keys = ",".join(message.keys) or "-"
+    return (f"; it probably held msg_id {message.msg_id} (topic {message.topic}, keys {keys}, "
+            f"queue offset {message.queue_offset}; read past a failed CRC)")
+
+
+def _check_timer(report: CheckReport, source) -> None:
+    name = source.timer_name
+    try:
+        result = source.timer_check()
     except RocksTimerError as exc:  # a corrupt SST, for instance: the report says so
-        report.add(f"timer engine {timer.name}: {exc}")
-        report.figures["timer"] = {"engine": timer.name, "pending": timer.pending_count()}
+        report.add(f"timer engine {name}: {exc}")
+        report.figures["timer"] = {"engine": name}
         return
     for problem in result.get("problems", []):
-        report.add(f"timer engine {timer.name}: {problem}")
+        report.add(f"timer engine {name}: {problem}")
     report.figures["timer"] = {k: v for k, v in result.items() if k != "problems"}
 
 
-def _check_offsets(report: CheckReport, broker, ends: dict[tuple[str, int], int],
+def _check_offsets(report: CheckReport, source, ends: dict[tuple[str, int], int],
                    until: int) -> None:
     try:
-        table = broker.consumer_offsets.table()
+        table = source.consumer_offsets()
     except RocksTimerError as exc:
         report.add(str(exc))
         table = {}
@@ -172,20 +303,18 @@ def _check_offsets(report: CheckReport, broker, ends: dict[tuple[str, int], int]
         if offset > end:
             report.add(f"consumer group {group} on {topic}/{queue_id}: offset {offset} is "
                        f"beyond the queue's end {end}")
-    levels = broker.levels
-    if levels is not None:
-        for level, offset in sorted(levels.offsets.snapshot().items()):
-            end = ends.get((SCHEDULE_TOPIC, level - 1), 0)
-            if offset > end:
-                report.add(f"delay level {level}: offset {offset} is beyond its queue's end {end}")
-    timer = broker.timer
-    reconciled = timer.reconcile_from()
+    for level, offset in sorted(source.level_offsets().items()):
+        end = ends.get((SCHEDULE_TOPIC, level - 1), 0)
+        if offset > end:
+            report.add(f"delay level {level}: offset {offset} is beyond its queue's end {end}")
+    reconciled = source.reconcile_from()
     if reconciled is not None and reconciled > until:
-        report.add(f"timer engine {timer.name}: reconciled up to commitlog offset {reconciled}, "
-                   f"beyond the commitlog end {until}")
-    state = getattr(timer, "state", None)
-    if state is not None and hasattr(state, "queue_offset"):
+        report.add(f"timer engine {source.timer_name}: reconciled up to commitlog offset "
+                   f"{reconciled}, beyond the commitlog end {until}: the deliveries it had "
+                   "made there are lost")
+    queue_offset = source.wheel_queue_offset()
+    if queue_offset is not None:
         end = ends.get((WHEEL_TIMER_TOPIC, 0), 0)
-        if state.queue_offset > end:
-            report.add(f"wheel: enqueue offset {state.queue_offset} is beyond the timer topic's "
+        if queue_offset > end:
+            report.add(f"wheel: enqueue offset {queue_offset} is beyond the timer topic's "
                        f"end {end}")

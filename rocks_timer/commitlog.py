@@ -64,13 +64,38 @@ class Damage:
 
 
 @dataclass(frozen=True, slots=True)
+class LostRange:
+    """CommitLog bytes that should be there and are not: a segment missing between others, or
+    a sealed segment shorter than a segment (its end was cut). Records in it are gone; which
+    messages they were is what the ConsumeQueues say (``commitlog_loss``)."""
+
+    start: int    # CommitLog offset of the first missing byte
+    end: int      # offset after the last
+    segment: str  # the segment file's name
+    why: str      # "missing", "shorter than a sealed segment", ...
+
+    def describe(self) -> str:
+        if self.segment == "-":
+            return f"commitlog bytes {self.start}..{self.end} are lost: {self.why}"
+        return (f"commitlog segment {self.segment} is {self.why}: bytes {self.start}.."
+                f"{self.end} are lost")
+
+
+@dataclass(frozen=True, slots=True)
 class RawRecord:
     offset: int
     data: bytes
 
 
 class CommitLog:
-    """Segmented files under one directory; ``min_offset``/``max_offset`` bound the live bytes."""
+    """Segmented files under one directory; ``min_offset``/``max_offset`` bound the live bytes.
+
+    Opening finds the newest segment's torn tail (``torn_tail``) but does not cut it: the
+    ``MessageStore`` first asks its ConsumeQueues whether anything acknowledged pointed there
+    (then it is loss, recorded before the cut), and then calls :meth:`cut_torn_tail`."""
+
+    writable = True
+    _OPEN_FLAGS = os.O_RDWR
 
     def __init__(self, directory: Path, segment_size: int, sync_flush: bool):
         self.directory = directory
@@ -86,14 +111,19 @@ class CommitLog:
         self.short_segments: list[str] = []   # sealed segments shorter than segment_size
         self.missing_segments: list[str] = []  # gaps between the first and the last
         self.syncs = 0  # fdatasync rounds run by sync_to (async mode's flushes)
-        mkdir_durably(directory)
-        self._open_segments()
+        self.lost_ranges: list[LostRange] = []  # missing segments and cut sealed ones
+        self.torn_tail: tuple[int, int] | None = None  # (offset, bytes) past the last record
         self._synced = 0
-        self.sync_to(self.max_offset)  # what recovery kept may still be in the page cache only
+        self._prepare_directory()
+        self._open_segments()
+
+    def _prepare_directory(self) -> None:
+        mkdir_durably(self.directory)
 
     # -- open and recovery ---------------------------------------------------------------
     def _open_segments(self) -> None:
-        paths = sorted(p for p in self.directory.iterdir() if p.name.isdigit())
+        paths = sorted(p for p in self.directory.iterdir() if p.name.isdigit()) \
+            if self.directory.is_dir() else []
         for path in paths:
             size = path.stat().st_size
             start = int(path.name)
@@ -103,7 +133,7 @@ class CommitLog:
                     f"commitlog_segment_size={self.segment_size}: the data dir was made with "
                     "another segment size, or the file is damaged")
         for path in paths:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, self._OPEN_FLAGS)
             self._segments.append(Segment(int(path.name), path, fd, os.fstat(fd).st_size))
         self._starts = [s.start for s in self._segments]
         present = set(self._starts)
@@ -112,18 +142,24 @@ class CommitLog:
             self.segment_size) if start not in present]
         for name in self.missing_segments:
             log.error("commitlog segment %s is missing: the records it held are lost", name)
+            self.lost_ranges.append(LostRange(int(name), int(name) + self.segment_size, name,
+                                              "missing"))
         for segment in self._segments[:-1]:
             if segment.written != self.segment_size:
                 self.short_segments.append(segment.path.name)
                 log.error("commitlog segment %s is %d bytes, a sealed segment has %d: the "
                           "records past its end are lost", segment.path.name, segment.written,
                           self.segment_size)
+                self.lost_ranges.append(LostRange(segment.end, segment.start + self.segment_size,
+                                                  segment.path.name,
+                                                  "shorter than a sealed segment"))
+        self.lost_ranges.sort(key=lambda r: r.start)
         if self._segments:
-            self._recover_tail(self._segments[-1])
+            self._find_torn_tail(self._segments[-1])
 
-    def _recover_tail(self, segment: Segment) -> None:
-        """Cut a torn tail of the newest segment; report (and keep what follows) a bad record
-        that valid records follow."""
+    def _find_torn_tail(self, segment: Segment) -> None:
+        """Find a torn tail of the newest segment (``torn_tail``; cut by ``cut_torn_tail``);
+        report (and keep what follows) a bad record that valid records follow."""
         valid = 0
         for kind, offset, data in self._scan(segment, check=True):
             if kind is _BLANK:  # the segment was full
@@ -135,12 +171,25 @@ class CommitLog:
             elif kind is _DAMAGE:
                 valid = offset + data - segment.start
         if valid < segment.written:
-            self.truncated_bytes = segment.written - valid
-            log.warning("commitlog %s: truncated a torn tail of %d bytes at offset %d (no valid "
-                        "record after it)", segment.path.name, self.truncated_bytes,
-                        segment.start + valid)
-            os.ftruncate(segment.fd, valid)
+            self.torn_tail = (segment.start + valid, segment.written - valid)
+            # walks and reads stop at the last whole record from here on (the bytes stay on
+            # disk until cut_torn_tail)
             segment.written = valid
+
+    def cut_torn_tail(self) -> int:
+        """Cut the torn tail found on open (bytes after the last whole record, which nothing
+        acknowledged points into: the MessageStore has checked) and sync what is kept.
+        Returns the bytes cut."""
+        if self.torn_tail is not None:
+            offset, length = self.torn_tail
+            segment = self._segments[-1]
+            log.warning("commitlog %s: truncated a torn tail of %d bytes at offset %d (no valid "
+                        "record after it)", segment.path.name, length, offset)
+            os.ftruncate(segment.fd, offset - segment.start)
+            self.truncated_bytes = length
+            self.torn_tail = None
+        self.sync_to(self.max_offset)  # what recovery kept may still be in the page cache only
+        return self.truncated_bytes
 
     def _walk(self, segment: Segment, check: bool, from_offset: int | None = None
               ) -> Iterator[tuple[int, bytes | None]]:
@@ -217,7 +266,9 @@ class CommitLog:
         if not self._segments:
             self._new_segment(0)
         tail = self._segments[-1]
-        if tail.written + size + MIN_BLANK_LEN > self.segment_size:
+        if tail.written == self.segment_size:  # sealed already (the newer segments are gone)
+            self._new_segment(tail.start + self.segment_size)
+        elif tail.written + size + MIN_BLANK_LEN > self.segment_size:
             blank = self.segment_size - tail.written
             if blank:  # else sealed already: a crash came before the next segment's name
                 os.pwrite(tail.fd, encode_blank(blank), tail.written)
@@ -372,6 +423,33 @@ class CommitLog:
                 os.close(segment.fd)
             self._segments.clear()
             self._starts.clear()
+
+
+class ReadOnlyCommitLog(CommitLog):
+    """A CommitLog opened for reading only (``rtimer check``, ``ReadOnlyView``): files are
+    opened ``O_RDONLY``, nothing is created, cut or synced; a torn tail is only reported
+    (``torn_tail``) and the walks stop before it, as they would after the cut."""
+
+    writable = False
+    _OPEN_FLAGS = os.O_RDONLY
+
+    def _prepare_directory(self) -> None:
+        pass  # a missing directory reads as an empty log
+
+    def cut_torn_tail(self) -> int:
+        raise PermissionError("a read-only CommitLog cuts nothing")
+
+    def position_for(self, size: int) -> int:
+        raise PermissionError("a read-only CommitLog takes no writes")
+
+    def write(self, position: int, data: bytes, store_ms: int) -> None:
+        raise PermissionError("a read-only CommitLog takes no writes")
+
+    def delete_expired(self, now_ms: int, reserved_ms: int) -> int:
+        return 0
+
+    def sync_to(self, offset: int) -> bool:
+        return False
 
 
 _RECORD, _BLANK, _DAMAGE = object(), object(), object()

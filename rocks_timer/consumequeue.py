@@ -63,6 +63,8 @@ class CQEntry:
 class ConsumeQueue:
     """One (topic, queue): append-only entries, random reads by queue offset."""
 
+    _OPEN_FLAGS = os.O_RDWR
+
     def __init__(self, directory: Path, topic: str, queue_id: int, entries_per_file: int):
         self.directory = directory
         self.topic = topic
@@ -73,27 +75,33 @@ class ConsumeQueue:
         self._min_offset = 0
         self._max_offset = 0
         self.bytes_written = 0
-        mkdir_durably(directory)
+        self._prepare_directory()
         self._load()
+
+    def _prepare_directory(self) -> None:
+        mkdir_durably(self.directory)
 
     # -- state ---------------------------------------------------------------------------
     def _load(self) -> None:
         starts = sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
         for start in starts:
-            self._files[start] = os.open(self.directory / f"{start:020d}", os.O_RDWR)
+            self._files[start] = os.open(self.directory / f"{start:020d}", self._OPEN_FLAGS)
         if starts:
             last = starts[-1]
             # a longer file is kept as it is and reported by file_problems
             length = min(os.fstat(self._files[last]).st_size, self._file_bytes)
             whole = length - length % ENTRY_SIZE
             if whole != length:  # torn entry: drop it
-                os.ftruncate(self._files[last], whole)
+                self._cut_torn_entry(self._files[last], whole)
             self._min_offset = starts[0] // ENTRY_SIZE
             self._max_offset = (last + whole) // ENTRY_SIZE
         self.damaged_files = self.file_problems()  # as found on open
         for problem in self.damaged_files:
             log.error("consume queue %s/%d: file %s; entries are rebuilt from the CommitLog",
                       self.topic, self.queue_id, problem)
+
+    def _cut_torn_entry(self, fd: int, whole: int) -> None:
+        os.ftruncate(fd, whole)
 
     def file_problems(self) -> list[str]:
         """Files missing or short before the last one, or longer than a file holds."""
@@ -266,6 +274,43 @@ class ConsumeQueue:
             for fd in self._files.values():
                 os.close(fd)
             self._files.clear()
+
+
+class ReadOnlyConsumeQueue(ConsumeQueue):
+    """A queue opened for reading only (``ReadOnlyView``): ``O_RDONLY``, nothing created or cut
+    (a torn last entry is just not counted); the write methods are refused."""
+
+    _OPEN_FLAGS = os.O_RDONLY
+
+    def _prepare_directory(self) -> None:
+        pass
+
+    def _cut_torn_entry(self, fd: int, whole: int) -> None:
+        pass
+
+    def append_packed(self, data: bytes, first_queue_offset: int) -> None:
+        raise PermissionError("a read-only consume queue takes no writes")
+
+    def put_at(self, queue_offset: int, entry: tuple[int, int, int]) -> None:
+        raise PermissionError("a read-only consume queue takes no writes")
+
+    def truncate(self, queue_offset: int) -> None:
+        raise PermissionError("a read-only consume queue takes no writes")
+
+    def delete_expired(self, commitlog_min_offset: int) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass
+
+    @classmethod
+    def all_under(cls, root: Path, entries_per_file: int) -> list["ReadOnlyConsumeQueue"]:
+        """Every queue found under ``<data>/consumequeue`` (none if it is missing)."""
+        if not root.is_dir():
+            return []
+        return [cls(queue_dir, topic_dir.name, int(queue_dir.name), entries_per_file)
+                for topic_dir in sorted(root.iterdir()) if topic_dir.is_dir()
+                for queue_dir in sorted(topic_dir.iterdir()) if queue_dir.name.isdigit()]
 
 
 class ConsumeQueueSet:

@@ -7,7 +7,9 @@ entries, and only then resolves the futures, so a resolved put is readable throu
 A durable put's future is resolved by the group-commit thread once the CommitLog is synced
 through it (``commit_sync``).
 
-On open the CommitLog's torn tail is truncated (a corrupt record with valid ones after it is
+On open, CommitLog loss is recorded first (``commitlog_loss``: ConsumeQueue entries that point
+into a missing or cut segment, or past the end, name messages that were written and are gone),
+then the CommitLog's torn tail is truncated (a corrupt record with valid ones after it is
 reported and kept in place), ConsumeQueue entries that point past the end are dropped, and
 every queue that lags the CommitLog, misses a file or holds a wrong entry is rebuilt from it
 (``cq_recovery``).
@@ -24,7 +26,8 @@ from typing import Callable, Iterator
 
 from rocks_timer.clock import Clock
 from rocks_timer.commit_sync import GroupCommit
-from rocks_timer.commitlog import CommitLog
+from rocks_timer.commitlog import CommitLog, LostRange
+from rocks_timer.commitlog_loss import LossLedger, LossRecord, find_loss, lost_entries
 from rocks_timer.config import BrokerConfig
 from rocks_timer.batch_encoder import encode_batch, prepare_batch, record_size_of
 from rocks_timer.consume_read import CORRUPT, PulledBatch, cut_by_bytes, entry_at, read_records
@@ -79,8 +82,27 @@ class MessageStore:
 
     # -- recovery -------------------------------------------------------------------------
     def _recover(self) -> None:
+        self.loss = LossLedger(self.root)
+        ranges, found = find_loss(self.commitlog, self.queues.all())
+        if ranges or found:  # evidence first: recovery then drops the entries that name it
+            self.loss.add(ranges, found)
+        self.commitlog.cut_torn_tail()
         self.recovery = rebuild_consume_queues(self.commitlog, self.queues, self._levels)
         self.rebuilt_entries = self.recovery.rebuilt_entries
+
+    def record_loss(self, ranges: list[LostRange]) -> LossRecord:
+        """Record CommitLog ranges found lost by another owner (the timer engine's reconcile
+        checkpoint beyond the end), naming what the ConsumeQueues still point into them."""
+        found = [m for cq in self.queues.all()
+                 for m in lost_entries(cq, ranges, self.commitlog.max_offset)]
+        return self.loss.add(ranges, found)
+
+    def consistent_ends(self) -> tuple[int, dict[tuple[str, int], int]]:
+        """The CommitLog end and every queue's end at one instant between group writes (no
+        group half written), for ``check``."""
+        with self._write_lock:
+            return (self.commitlog.max_offset,
+                    {(q.topic, q.queue_id): q.max_offset for q in self.queues.all()})
 
     # -- puts -----------------------------------------------------------------------------
     def put_message_async(self, msg: Message) -> "Future[PutResult]":
@@ -367,7 +389,14 @@ class MessageStore:
                 "short_segments": list(self.commitlog.short_segments),
                 "missing_segments": list(self.commitlog.missing_segments),
                 "recovery": self.recovery.as_dict(),
+                "lost": self._loss_figures(),
                 "synced_offset": self.commitlog.synced_offset, "syncs": self.commitlog.syncs}
+
+    def _loss_figures(self) -> dict:
+        try:
+            return self.loss.load().as_dict(limit=20)
+        except CorruptRecordError as exc:
+            return {"error": str(exc)}
 
     def sync(self, offset: int | None = None) -> bool:
         """fdatasync the CommitLog up to ``offset`` (default: everything written); False when it

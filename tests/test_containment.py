@@ -194,5 +194,10 @@ def test_rtimer_check_runs_as_a_real_process(tmp_path):
     assert done.returncode == 0 and "ok" in done.stdout
     (tmp_path / "consumequeue" / "orders" / "0" / f"{0:020d}").write_bytes(bytes(20))
     done = subprocess.run(cmd + ["check"], env=env, capture_output=True, text=True, timeout=60)
-    # opening repairs the zeroed entry from the CommitLog, so the walk finds nothing wrong
+    # check is read-only: it reports the zeroed entry as it is on disk (issue #30) ...
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "consume queue orders/0: 1 of 1 entries point at no matching" in done.stdout
+    # ... and any open repairs it from the CommitLog, after which the walk finds nothing wrong
+    subprocess.run(cmd + ["stats"], check=True, env=env, capture_output=True, timeout=60)
+    done = subprocess.run(cmd + ["check"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr

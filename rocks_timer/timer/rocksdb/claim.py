@@ -18,11 +18,11 @@ from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb.keyindex import IndexChanges
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb import meta as rocks_meta
-from rocks_timer.timer.rocksdb.layout import commit_removed, stage_removed
 from rocks_timer.timer.delivery import delivery_copy_py
 from rocks_timer.timer.rocksdb import segments as S
 from rocks_timer.timer.rocksdb.claim_codec import claim_batch
 from rocks_timer.timer.rocksdb.claimed import ClaimedBatch
+from rocks_timer.timer.rocksdb.setaside import name_key
 from rocks_timer.timer.values import decode_value
 
 if TYPE_CHECKING:
@@ -137,8 +137,8 @@ def quarantine(store: "RocksTimerStore", corrupt: list[tuple[bytes, bytes, Corru
     for raw, value, exc in corrupt:
         batch.put(raw, value, store._corrupt_h)
         batch.delete(raw, store._timer_h)
-        log.error("timer store %s: quarantined key %s (%d value bytes): %s",
-                  store.path, raw.hex(), len(value), exc)
+        log.error("timer store %s: set aside %s (%d value bytes; rtimer set-aside list): %s",
+                  store.path, name_key(raw), len(value), exc)
     pending = store._pending - len(corrupt)
     count = store._corrupt_count + len(corrupt)
     batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), store._meta_h)
@@ -146,10 +146,12 @@ def quarantine(store: "RocksTimerStore", corrupt: list[tuple[bytes, bytes, Corru
     changes = IndexChanges()  # its KEYS cannot be read: its index entries dangle (keyindex)
     for raw, _, _ in corrupt:
         changes.removed(raw)
-    new = stage_removed(store, [value for _, value, _ in corrupt], batch, lost=True)
+    # the set-aside row still points at its segment record: its bytes stay counted live, so
+    # the segment is not released under it (export and restore read them; setaside.py)
     new_counts = keyindex.stage(store, changes, batch)
     store._write(batch)
-    commit_removed(store, new)
+    if store.vlog is not None:
+        store.vlog.note_lost(sum(1 for _, value, _ in corrupt if I.is_pointer(value)))
     keyindex.commit(store, changes, new_counts)
     store._pending, store._corrupt_count = pending, count
     store._deletes_since_reclaim += len(corrupt)

@@ -15,7 +15,7 @@ decoded: its entries are left dangling and every reader (``find``) checks the ti
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Any, TYPE_CHECKING, Iterable, Iterator
 
 from rocksdict import ReadOptions, WriteBatch
 
@@ -348,12 +348,19 @@ def rebuild(store: "RocksTimerStore") -> dict[str, int]:
 def check(store: "RocksTimerStore", expected_entries: set[bytes], dues: list[int]) -> list[str]:
     """Compare the index and the counters with what a full walk of the timer keys found
     (lock held). Entries of quarantined values may dangle; others may not."""
+    return check_index(store._keys, store._due.stored(), store._corrupt_count, store.path,
+                       expected_entries, dues)
+
+
+def check_index(keys_family: Any, stored_counters: dict[bytes, int], corrupt_count: int,
+                where: Any, expected_entries: set[bytes], dues: list[int]) -> list[str]:
+    """:func:`check` on the parts it reads (a read-only open passes its own)."""
     problems: list[str] = []
     found: set[bytes] = set()
     dangling = 0
     opts = ReadOptions()
     opts.set_iterate_upper_bound(K.META_KEY_INDEX_PREFIX + b"\xff")
-    it = store._keys.iter(opts)
+    it = keys_family.iter(opts)
     try:
         it.seek(K.META_KEY_INDEX_PREFIX)
         while it.valid():
@@ -363,15 +370,15 @@ def check(store: "RocksTimerStore", expected_entries: set[bytes], dues: list[int
             else:
                 dangling += 1
             it.next()
-        check_iterator(it, f"timer store {store.path} key index check")
+        check_iterator(it, f"timer store {where} key index check")
     finally:
         del it
     missing = len(expected_entries) - len(found)
     if missing:
         problems.append(f"{missing} keyed messages lack their key index entry")
-    if dangling and not store._corrupt_count:
+    if dangling and not corrupt_count:
         problems.append(f"{dangling} key index entries name no pending key")
-    want, have = expected_counters(dues), store._due.stored()
+    want, have = expected_counters(dues), stored_counters
     if want != have:
         wrong = sorted(set(want) ^ set(have) | {k for k in want if want[k] != have.get(k)})
         problems.append(f"{len(wrong)} due counters differ from the keys, first "

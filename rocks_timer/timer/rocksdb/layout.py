@@ -5,7 +5,7 @@ drops the bytes it pointed at. The liveness rows change in the caller's WriteBat
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from rocksdict import WriteBatch
 
@@ -50,14 +50,14 @@ def schedule_one_vlog(store: "RocksTimerStore", message: "Message", raw: bytes, 
 
 def schedule_vlog(store: "RocksTimerStore", raw_keys: list[bytes], values: list[bytes], now_ms: int,
                    batch: WriteBatch, fields: list, olds: dict[bytes, bytes | None],
-                   index_changes: IndexChanges, added: int, dues: list[int] | None = None
-                   ) -> None:
+                   index_changes: IndexChanges, added: int, dues: list[int] | None = None,
+                   drop: Sequence[bytes] = ()) -> None:
     """Bodies into the value log, pointers into the index, liveness in the same batch. A
     key already stored (a producer's retry) or repeated in the batch keeps only its last
     value live; the bytes it replaced stop counting. ``olds`` holds each distinct key's
     stored value; ``index_changes`` and ``added`` what the batch does to the key index, the
     due counters and the pending count (``keyindex.schedule_changes``); ``dues`` each key's
-    due time."""
+    due time; ``drop`` index values leaving elsewhere in the batch (restored set-aside rows)."""
     changes = Changes()
     put, timer_h = batch.put, store._timer_h
     fresh = added == len(raw_keys)  # every key new and distinct: all of it stays live
@@ -78,6 +78,9 @@ def schedule_vlog(store: "RocksTimerStore", raw_keys: list[bytes], values: list[
                 changes.keep(value)
             if before is not None and I.is_pointer(before):
                 changes.drop(before)
+    for value in drop:  # pointers of set-aside rows put back: their old bytes stop counting
+        if I.is_pointer(value):
+            changes.drop(value)
     put(K.META_PENDING, rocks_meta.pack_u64(store._pending + added), store._meta_h)
     new = store.vlog.stage(changes, batch)
     new_counts = keyindex.stage(store, index_changes, batch)

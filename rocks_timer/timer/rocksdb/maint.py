@@ -249,12 +249,15 @@ def check(store: "RocksTimerStore") -> dict[str, Any]:
                     index_entries.update(K.index_entry(raw, key) for key in keys)
                 except CorruptRecordError as exc:
                     undecodable += 1
-                    problems.append(str(exc))
+                    from rocks_timer.timer.rocksdb.setaside import name_key
+                    problems.append(f"{name_key(raw)}: {exc}")
                 it.next()
             check_iterator(it, f"timer store {store.path} check")
         finally:
             del it
         if vlog is not None:
+            from rocks_timer.timer.rocksdb.setaside import count_pointers, read_rows
+            count_pointers(seen, read_rows(store._corrupt))  # set aside: still counted live
             for seg_id, seg in vlog.segments.items():
                 count, nbytes = seen.pop(seg_id, (0, 0))
                 if (count, nbytes) != (seg.live_count, seg.live_bytes):

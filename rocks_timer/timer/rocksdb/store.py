@@ -43,7 +43,7 @@ from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import claim, complete, keyindex, layout
 from rocks_timer.timer.rocksdb.reschedule import KeyedRocksOps
 from rocks_timer.timer.rocksdb import maint as rocks_maint, meta as rocks_meta
-from rocks_timer.timer.rocksdb import reclaim
+from rocks_timer.timer.rocksdb import reclaim, setaside
 from rocks_timer.timer.rocksdb.vlog import ValueLog
 from rocks_timer.timer.handles import decode_handle
 from rocks_timer.timer.rocksdb import opening
@@ -206,7 +206,11 @@ class RocksTimerStore(KeyedRocksOps):
         layout.commit_removed(self, new)
 
     # -- TimerStore ---------------------------------------------------------------------------
-    def schedule(self, records: Sequence[TimerRecord], now_ms: int) -> list[Scheduled]:
+    def schedule(self, records: Sequence[TimerRecord], now_ms: int, *,
+                 retire: Sequence[tuple[bytes, bytes]] = (),
+                 retire_index_entries: Sequence[bytes] = ()) -> list[Scheduled]:
+        """Store ``records``; ``retire``: set-aside rows (key, index value) these records put
+        back, removed in the same batch with the liveness they held (``setaside.restore``)."""
         if type(records) is not list:
             records = list(records)
         if not records:
@@ -215,17 +219,23 @@ class RocksTimerStore(KeyedRocksOps):
             self._check_open()
             raw_keys, values, key_dues, handles = encode_schedule(
                 records, self._low_watermark_ms(), self.config.timer_compress_threshold)
-            if len(raw_keys) == 1 and self.vlog is not None and layout.schedule_one_vlog(
-                    self, records[0].message, raw_keys[0], values[0], key_dues[0], now_ms):
+            if not retire and len(raw_keys) == 1 and self.vlog is not None and \
+                    layout.schedule_one_vlog(self, records[0].message, raw_keys[0], values[0],
+                                             key_dues[0], now_ms):
                 return [Scheduled(handles[0], key_dues[0])]
             batch = WriteBatch(raw_mode=True)
+            corrupt_count = setaside.retire_rows(self, batch, [raw for raw, _ in retire],
+                                                 list(retire_index_entries)) \
+                if retire else self._corrupt_count
             olds = self._old_values(raw_keys)
             changes, added = keyindex.schedule_changes(self, raw_keys, records, olds, key_dues)
             if self.vlog is not None:
                 fields = [(m.queue_id, len(m.body), m.tags)
                           for m in [r.message for r in records]]
                 layout.schedule_vlog(self, raw_keys, values, now_ms, batch, fields, olds,
-                                     changes, added, key_dues)
+                                     changes, added, key_dues,
+                                     drop=[value for _, value in retire])
+                self._corrupt_count = corrupt_count
                 return list(map(new_scheduled, zip(handles, key_dues)))
             put, timer_h = batch.put, self._timer_h
             for raw, value in zip(raw_keys, values):
@@ -236,6 +246,7 @@ class RocksTimerStore(KeyedRocksOps):
             self._db.write(batch, self._write_opts)
             keyindex.commit(self, changes, new_counts)
             self._pending += added
+            self._corrupt_count = corrupt_count
         return list(map(new_scheduled, zip(handles, key_dues)))
 
     def _old_values(self, raw_keys: list[bytes]) -> dict[bytes, bytes | None]:
@@ -523,3 +534,13 @@ class RocksTimerStore(KeyedRocksOps):
 
     def check(self) -> dict[str, int]:
         return rocks_maint.check(self)
+
+    # -- set-aside messages (rocks_timer.timer.rocksdb.setaside) ---------------------------------
+    def set_aside(self) -> list[setaside.Examined]:
+        """Every set-aside (quarantined) message, named and read as far as it can be."""
+        return setaside.examine_live(self)
+
+    def restore_set_aside(self, msg_ids: Sequence[str] | None, now_ms: int) -> dict[str, Any]:
+        """Put back the chosen set-aside messages that decode now (all when ``msg_ids`` is
+        None); the others are refused with the reason."""
+        return setaside.restore(self, msg_ids, now_ms)
