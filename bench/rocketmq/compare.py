@@ -165,7 +165,8 @@ def java_send(cluster: RocketMQCluster, plan: Path, progress=None) -> tuple[int,
     proc.wait()
     if proc.returncode != 0 or line is None:
         raise RuntimeError(f"PlanSender failed ({proc.returncode}):\n{''.join(tail)}")
-    _, sent, seconds = line.split()
+    _, sent, seconds, busy = line.split()
+    java_send.busy = int(busy)  # type: ignore[attr-defined]
     return int(sent), float(seconds)
 
 
@@ -221,6 +222,7 @@ def real_wa_cell(engine: str, workload: str, messages: int, body_size: int = 102
                         state.update(per_message=payload / max(1, planned), sent=0)
                         sent, send_s = java_send(
                             cluster, plan, lambda n: state.update(sent=n))
+                        row["busy_retried"] = getattr(java_send, "busy", 0)
                     else:
                         items = ((op.topic, wl.body(op), math.ceil(
                             (clock.now_ms() + op.delay_ms / k) / 1000)) for op in wl)
