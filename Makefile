@@ -4,7 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo venv clean peers rocketmq faketime rocketmq-setup rocketmq-compare
+.PHONY: test demo venv clean peers rocketmq faketime browser prometheus rocketmq-setup \
+	rocketmq-compare
 
 $(STAMP): pyproject.toml setup.py $(wildcard rocks_timer/_native/*.c rocks_timer/_native/*.h)
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
@@ -64,7 +65,29 @@ rocketmq-compare: rocketmq-setup
 	$(PY) -m bench.rocketmq.compare $(RMQ_ARGS)
 	$(PY) -m spark.real_check
 
-test: $(STAMP) peers rocketmq
+# The dashboard's browser test drives Debian's headless Chromium through chromedriver (selenium
+# comes with the dev extra); `promtool check metrics` comes with Debian's prometheus package.
+# Installed only when missing and we are root; otherwise say so and go on (those tests then skip
+# with the reason, and fail under CI=true).
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing the dashboard test's browser: apt-get install -y chromium chromium-driver"; \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	    chromium chromium-driver) >/dev/null || echo "make: installing chromium failed"; \
+	else echo "make: chromium or chromedriver is missing and this is not root with apt-get:" \
+	  "not installing them (sudo apt-get install -y chromium chromium-driver)"; fi
+
+prometheus:
+	@if command -v promtool >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing promtool: apt-get install -y prometheus"; \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	    --no-install-recommends prometheus) >/dev/null || echo "make: installing prometheus failed"; \
+	else echo "make: promtool is missing and this is not root with apt-get:" \
+	  "not installing it (sudo apt-get install -y prometheus)"; fi
+
+test: $(STAMP) peers rocketmq browser prometheus
 	$(PY) -m pytest -q
 
 demo: $(STAMP)

@@ -14,6 +14,6 @@ setup(ext_modules=[Extension("rocks_timer._native.codec",
                              sources=[str(NATIVE / name) for name in
                                       ("module.c", "fields.c", "commitlog.c", "timer.c", "vlog.c",
                                        "delivery.c", "routing.c",
-                                       "claim.c")],
+                                       "claim.c", "tally.c")],
                              depends=[str(NATIVE / "native.h")],
                              extra_compile_args=["-O2"], optional=True)])

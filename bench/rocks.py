@@ -2,6 +2,8 @@
 
     python -m bench.rocks [--messages 100000] [--burst 1000000] [--rate 5000] [--seconds 20]
     python -m bench.rocks --deliver-only 4    # the delivery figure alone, four times
+    python -m bench.rocks --metrics           # also: the hot paths with metrics on and off
+    python -m bench.rocks --metrics-only      # that comparison alone (bench/metrics_cost.py)
 
 1. send: ``RocksTimerStore.schedule`` with single records and batches of 100 vs a raw rocksdict
    WriteBatch of the same (pre-encoded) keys and values; plus ``Broker.send_batch`` end to end.
@@ -13,7 +15,10 @@
 4. burst: ``--burst`` messages due in the same second, drained by the broker, in a child process
    so its peak RSS is its own; then the cost of an empty tick after all those deletions vs on a
    fresh store (the tombstone check). The earlier phases' dirty pages are synced first.
-Results: bench/results/rocks.json; a markdown summary is printed.
+5. with ``--metrics``: sends and deliveries with metrics off, with the counters only, and with the
+   metrics server scraped every ``--scrape-every`` seconds (``bench.metrics_cost``).
+Results: bench/results/rocks.json (``--metrics-only``: rocks-metrics.json); a markdown summary
+is printed.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench import metrics_cost
 from bench.send_paths import bench_send_paths
 from bench.common import median, peak_rss_mb, percentile, scratch_dir, settled_gc, write_result
 from rocks_timer import Broker, BrokerConfig, ManualClock, Message, SystemClock
@@ -256,6 +262,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deliver-only", type=int, default=None, metavar="N",
                         help="only the delivery figure, N times in a row, one JSON line each "
                              "(comparing builds of the delivery path; writes no results file)")
+    parser.add_argument("--metrics", action="store_true",
+                        help="also measure sends and deliveries with metrics on and off")
+    parser.add_argument("--metrics-only", action="store_true",
+                        help="only that comparison (writes rocks-metrics.json)")
+    parser.add_argument("--scrape-every", type=float, default=1.0, metavar="S",
+                        help="with --metrics: scrape /metrics and the dashboard JSON every S "
+                             "seconds (default 1; Prometheus' default is 15)")
     parser.add_argument("--burst-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--burst-layout", default="vlog", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -265,6 +278,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.deliver_only is not None:
         for _ in range(args.deliver_only):
             print(json.dumps(bench_deliver(args.messages)), flush=True)
+        return 0
+    if args.metrics_only:
+        result = metrics_cost.bench_metrics(args.messages, args.runs, args.scrape_every)
+        path = write_result("rocks-metrics", {"args": {k: str(v) for k, v in vars(args).items()},
+                                              **result}, args.results_dir)
+        print("| figure | measured | target |\n|---|---|---|")
+        print("\n".join(metrics_cost.summary(result)))
+        print(f"results: {path}")
         return 0
     result = {"profile": BrokerConfig().rocksdb_profile,
               "layout": BrokerConfig().rocksdb_layout,
@@ -281,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
                                capture_output=True, text=True, check=True)
         result["bursts"][layout] = json.loads(child.stdout.strip().splitlines()[-1])
     result["burst"] = result["bursts"]["vlog"]
+    if args.metrics:
+        result["metrics"] = metrics_cost.bench_metrics(args.messages, args.runs, args.scrape_every)
     path = write_result("rocks", {"args": {k: str(v) for k, v in vars(args).items()}, **result},
                         args.results_dir)
     s, dl, b = result["send"], result["deliver"], result["burst"]
@@ -315,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
               f"<= 6 s, < 500 MB |")
     print(f"| empty tick: fresh / after {b['messages']:,} deletes | {b['empty_tick_fresh_us']} / "
           f"{b['empty_tick_after_deletes_us']} µs ({b['tombstone_ratio']}x) | <= 2x |")
+    if args.metrics:
+        print("\n".join(metrics_cost.summary(result["metrics"])))
     print(f"results: {path}")
     return 0
 

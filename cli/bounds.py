@@ -26,7 +26,8 @@ _INT, _TEXT, _BOOL = "int", "text", "bool"
 
 # op -> argument -> (kind, low, high, may be None)
 ARGUMENTS: dict[str, dict[str, tuple[str, int | None, int | None, bool]]] = {
-    "send": {"topic": (_TEXT, None, None, False), "body": (_TEXT, None, None, False),
+    "send": {"topic": (_TEXT, None, None, False), "body": (_TEXT, None, None, True),
+             "body_base64": (_TEXT, None, None, True),
              "delay_ms": (_INT, 0, MAX_EPOCH_MS, True),
              "deliver_at_ms": (_INT, 0, MAX_EPOCH_MS, True),
              "delay_level": (_INT, 1, 1_000, True), "tags": (_TEXT, None, None, True),

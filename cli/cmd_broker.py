@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from cli import grpc_front, render
-from cli.durations import InputError, parse_time_ms
+from cli import grpc_front, metrics_front, render
+from cli.durations import InputError, format_ms, parse_time_ms
 from cli.session import Settings, call
 from cli.remote import BrokerSocketServer, socket_path
 
@@ -20,35 +20,69 @@ from cli.remote import BrokerSocketServer, socket_path
               help="Serve the RocketMQ 5 gRPC protocol (the official clients) here; port 0 "
                    "picks a free port; 'off' disables it. Default 127.0.0.1:8081 (skipped "
                    "with a warning if that port is taken).")
+@click.option("--metrics-listen", metavar="HOST:PORT", default=None,
+              help="Serve /metrics (Prometheus text, RocketMQ 5's metric names) here; port 0 "
+                   "picks a free port. Default off; 127.0.0.1:5557 is RocketMQ's convention.")
+@click.option("--dashboard", is_flag=True,
+              help="Also serve a live dashboard page at / on the --metrics-listen port.")
+@click.option("--metrics-label", "metrics_labels", metavar="NAME=VALUE", multiple=True,
+              help="A label on every metric (repeatable), e.g. cluster=prod or node_id=b1 "
+                   "(defaults: cluster=DefaultCluster, node_type=broker, node_id=<hostname>).")
 @click.pass_obj
-def run(settings: Settings, grpc_listen: str | None) -> None:
+def run(settings: Settings, grpc_listen: str | None, metrics_listen: str | None,
+        dashboard: bool, metrics_labels: tuple[str, ...]) -> None:
     """Run the broker in the foreground until SIGTERM or Ctrl-C.
 
     Delivers timer and level messages as they come due, answers the other rtimer
-    commands over <data-dir>/rtimer.sock (mode 0600, removed on stop), and serves
-    RocketMQ 5 clients over gRPC (--grpc-listen).
+    commands over <data-dir>/rtimer.sock (mode 0600, removed on stop), serves
+    RocketMQ 5 clients over gRPC (--grpc-listen), and metrics and a dashboard over
+    HTTP (--metrics-listen, --dashboard). When delivery keeps failing (a damaged
+    store, a full disk) it backs off, logs one line per failure kind per minute and shows
+    it in `rtimer stats`; stopped while delivery was failing, it exits 1.
 
     Example: rtimer --data-dir ./data run --grpc-listen 127.0.0.1:8081
+
+    Example: rtimer run --metrics-listen 127.0.0.1:5557 --dashboard
     """
+    metrics_plan = metrics_front.plan(metrics_listen, dashboard, metrics_labels)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with settings.open_broker() as broker:
-            with BrokerSocketServer(broker, settings.data_dir):
+            with BrokerSocketServer(broker, settings.data_dir) as sock_server:
                 broker.start()
                 click.echo(f"rtimer: broker running on {settings.data_dir} (engine "
                            f"{broker.timer.name}, pid {os.getpid()}); socket "
                            f"{socket_path(settings.data_dir)}; Ctrl-C or SIGTERM stops it")
-                front = grpc_front.start(broker, grpc_listen)
+                front = metrics = None
                 try:
+                    front = grpc_front.start(broker, grpc_listen)
+                    fronts = {"socket": sock_server.request_counts}
+                    if front is not None:
+                        fronts["grpc"] = front.request_counts
+                    metrics = metrics_front.start(
+                        broker, metrics_plan, dashboard, fronts,
+                        popped=(lambda: front.pop.popped) if front is not None else None)
                     while not stop.wait(0.5):
                         pass
                     click.echo("rtimer: stopping")
                 finally:
+                    if metrics is not None:
+                        metrics.stop()
                     if front is not None:
                         front.stop()
             stats = broker.stats()
+            failing = broker.health.failing(delivery_only=True)
+        if failing:  # a supervisor must see that due messages were left undelivered
+            for failure in failing:
+                click.echo(render.printable(
+                    f"rtimer: stopped while delivery was failing: {failure['kind']}, "
+                    f"{failure['count']} time(s) in a row since "
+                    f"{format_ms(failure['since_ms'])}: {failure['last_error']}"), err=True)
+            click.echo(f"rtimer: stopped ({stats['pending']} pending, {stats['delivered']} "
+                       "timer messages delivered this run); delivery FAILED, see above")
+            raise SystemExit(1)
         click.echo(f"rtimer: stopped cleanly ({stats['pending']} pending, "
                    f"{stats['delivered']} timer messages delivered this run)")
     finally:

@@ -3,16 +3,18 @@ library errors become one-line ``Error: ...`` messages."""
 from __future__ import annotations
 
 import faulthandler
+import os
 import signal
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
 from rocks_timer.errors import RocksTimerError
 
 from cli import cmd_broker, cmd_keys, cmd_messages, demo
-from cli.session import ENGINES, Settings
+from cli.session import ENGINES, LOCK_WAIT_S, Settings
 
 
 class RtimerGroup(click.Group):
@@ -21,11 +23,30 @@ class RtimerGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # `rtimer scan | head`: the reader has what it wanted
+            _quiet_broken_pipe()
         except RocksTimerError as exc:
             raise click.ClickException(str(exc)) from None
         except OSError as exc:  # a data dir we cannot read or write: say so, no traceback
             raise click.ClickException(f"{exc.strerror or exc}: {exc.filename or ''}".rstrip(": ")
                                        ) from None
+
+
+SIGPIPE_EXIT = 128 + 13  # the status of a tool the shell saw end by SIGPIPE (seq, cat, grep)
+
+
+def _quiet_broken_pipe() -> NoReturn:
+    """End like other tools whose reader went away (``| head``): no traceback, no error line,
+    status 141. The data dir is already closed (the ``with`` blocks unwound on the way
+    here); stdout goes to /dev/null so that Python's final flush of what is still buffered
+    does not print an "Exception ignored" line."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no real stdout (an embedding program): nothing to quiet
+        pass
+    raise SystemExit(SIGPIPE_EXIT)
 
 
 @click.group(cls=RtimerGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,9 +58,14 @@ class RtimerGroup(click.Group):
 @click.option("--engine", type=click.Choice(ENGINES),
               help="Timer engine; overrides the config's timer_engine. Default: the one the "
                    "data dir was created with, else rocksdb.")
+@click.option("--lock-wait", "lock_wait_s", type=click.FloatRange(0, 3600), envvar="RTIMER_LOCK_WAIT",
+              default=LOCK_WAIT_S, show_default=True, metavar="SECONDS",
+              help="How long to wait for a data dir another rtimer process holds without a "
+                   "socket (another command; env RTIMER_LOCK_WAIT).")
 @click.version_option(package_name="rocks-timer", prog_name="rtimer")
 @click.pass_context
-def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, engine: str | None) -> None:
+def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, engine: str | None,
+        lock_wait_s: float) -> None:
     """rtimer: RocketMQ scheduled messages on a RocksDB timer store.
 
     While `rtimer run` holds the data dir, the other commands reach it over
@@ -47,7 +73,7 @@ def cli(ctx: click.Context, data_dir: Path, config_file: Path | None, engine: st
 
     Example: rtimer send orders "close order 42" --delay 30m
     """
-    ctx.obj = Settings(data_dir, config_file, engine)
+    ctx.obj = Settings(data_dir, config_file, engine, lock_wait_s)
 
 
 for _command in (cmd_messages.send, cmd_messages.scan, cmd_messages.cancel, cmd_messages.consume,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rocks_timer import Broker, InvalidMessageError, Message
+from rocks_timer.errors import InvalidArgumentError, RocksTimerError
 from rocks_timer.message import is_system_topic
 from rocks_timer.timer.handles import TOPIC_PATTERN, decode_handle
 
@@ -19,6 +20,7 @@ from cli.offsets import ConsumerOffsets, check_group
 
 SCAN_PAGE = 1_000
 STATS_PENDING_LIMIT = 200_000  # entries walked to count pending per topic
+PENDING_BY_TOPIC = "stats: pending by topic"  # a failure kind of Broker.health
 MAX_TICKS = 10_000
 
 
@@ -45,11 +47,23 @@ def message_dict(msg: Message) -> dict[str, Any]:
     return out
 
 
-def send(broker: Broker, data_dir: Path, *, topic: str, body: str, delay_ms: int | None = None,
+def send(broker: Broker, data_dir: Path, *, topic: str, body: str | None = None,
+         body_base64: str | None = None, delay_ms: int | None = None,
          deliver_at_ms: int | None = None, delay_level: int | None = None, tags: str | None = None,
          keys: list[str] | None = None, properties: dict[str, str] | None = None,
          count: int = 1) -> list[dict[str, Any]]:
-    messages = [Message(topic=topic, body=body.encode("utf-8"), tags=tags, keys=tuple(keys or ()),
+    """``body`` is text (stored as UTF-8); ``body_base64`` carries exact bytes (binary bodies,
+    ``rtimer send --body-file``). Exactly one of them."""
+    if (body is None) == (body_base64 is None):
+        raise InvalidArgumentError("send: give exactly one of body and body_base64")
+    if body is not None:
+        raw = body.encode("utf-8")
+    else:
+        try:
+            raw = base64.b64decode(body_base64, validate=True)
+        except ValueError:
+            raise InvalidArgumentError("send: body_base64 is not valid base64") from None
+    messages = [Message(topic=topic, body=raw, tags=tags, keys=tuple(keys or ()),
                         properties=dict(properties or {})) for _ in range(count)]
     results = broker.send_batch(messages, delay_ms=delay_ms, deliver_at_ms=deliver_at_ms,
                                 delay_level=delay_level)
@@ -120,21 +134,18 @@ def consume(broker: Broker, data_dir: Path, *, topic: str, group: str, queue_id:
 
 
 def stats(broker: Broker, data_dir: Path) -> dict[str, Any]:
-    """``Broker.stats()`` plus pending counts per topic (from scan pages, bounded)."""
+    """``Broker.stats()`` plus pending counts per topic (``Broker.pending_by_topic``, bounded)."""
     figures = broker.stats()
-    per_topic: dict[str, int] = {}
-    walked = 0
-    after = None
-    while walked < STATS_PENDING_LIMIT:
-        page = broker.scan(limit=SCAN_PAGE, after=after)
-        for entry in page:
-            per_topic[entry.topic] = per_topic.get(entry.topic, 0) + 1
-        walked += len(page)
-        after = page.next_after
-        if after is None:
-            break
-    figures["pending_by_topic"] = dict(sorted(per_topic.items()))
-    figures["pending_by_topic_complete"] = after is None
+    try:
+        per_topic, complete = broker.pending_by_topic(STATS_PENDING_LIMIT)
+    except RocksTimerError as exc:  # a damaged store: no per-topic counts, and why
+        broker.health.failed(PENDING_BY_TOPIC, exc, quiet=True)
+        figures["health"] = broker.health.as_dict()
+        per_topic, complete = {}, False
+    else:
+        broker.health.recovered(PENDING_BY_TOPIC)
+    figures["pending_by_topic"] = per_topic
+    figures["pending_by_topic_complete"] = complete
     figures["data_dir"] = str(data_dir)
     queues = {(q.topic, q.queue_id): q for q in broker.messages.queues.all()
               if not is_system_topic(q.topic)}

@@ -26,6 +26,7 @@ from cli import ops
 log = logging.getLogger(__name__)
 SOCKET_NAME = "rtimer.sock"
 MAX_LINE = 16 << 20  # one request (a send of a 4 MiB body, JSON-escaped, fits)
+LINE_ROOM = 1 << 20  # a send's arguments besides its body: topic, keys, properties (< 32 KiB)
 MAX_CONNECTIONS = 128
 IDLE_TIMEOUT_S = 60.0
 MAX_BUFFERED_BYTES = 64 << 20  # unanswered request bytes across every client
@@ -83,7 +84,8 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
     room, and if every client is in the middle of a request the newcomer is refused with one
     JSON line saying so. A client silent for ``idle_timeout_s`` is closed. Request bytes
     buffered across all clients stay under ``max_buffered_bytes`` (a request line under
-    ``MAX_LINE``); a client that would pass either is answered with an error and closed.
+    ``max_line``: ``MAX_LINE``, or a send of a ``max_message_size`` body if that is longer); a
+    client that would pass either is answered with an error and closed.
     Arguments are held to the CLI's bounds (:mod:`cli.bounds`). A client that goes away is
     logged as one line, never a traceback.
     """
@@ -94,8 +96,13 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
 
     def __init__(self, broker: Broker, data_dir: Path, *, max_connections: int = MAX_CONNECTIONS,
                  idle_timeout_s: float = IDLE_TIMEOUT_S,
-                 max_buffered_bytes: int = MAX_BUFFERED_BYTES):
+                 max_buffered_bytes: int | None = None):
         self.broker = broker
+        # a send of the largest body the broker takes fits in one line, base64 included
+        # (`rtimer send --body-file`), so a larger max_message_size gets longer lines
+        self.max_line = max(MAX_LINE, 4 * -(-broker.config.max_message_size // 3) + LINE_ROOM)
+        if max_buffered_bytes is None:
+            max_buffered_bytes = max(MAX_BUFFERED_BYTES, 2 * self.max_line)
         self.data_dir = Path(data_dir)
         self.path = socket_path(self.data_dir)
         self.max_connections = max_connections
@@ -107,6 +114,8 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
         self._buffered = 0
         self.counters = {"accepted": 0, "refused": 0, "evicted": 0, "idle_closed": 0,
                          "over_limit": 0, "disconnected": 0}
+        self.requests: dict[str, int] = {}  # per op (``run_op``); "unknown" for the others
+        self.errors: dict[str, int] = {}
         if self.path.exists() or self.path.is_symlink():
             self.path.unlink()  # stale: we hold the data-dir lock, so nobody else serves it
         old_umask = os.umask(0o177)  # the socket is born 0600; nobody else can connect
@@ -196,8 +205,8 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
                 line = bytes(conn.buffer[conn.pos:newline])
                 conn.pos = newline + 1
                 return line
-            if len(conn.buffer) - conn.pos > MAX_LINE:
-                raise _Refused(f"request over {MAX_LINE} bytes")
+            if len(conn.buffer) - conn.pos > self.max_line:
+                raise _Refused(f"request over {self.max_line} bytes")
             if conn.pos:  # drop what was answered, once per receive
                 del conn.buffer[:conn.pos]
                 self._account(conn, -conn.pos)
@@ -239,12 +248,25 @@ class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamSer
     def run_op(self, name: str, args: dict[str, Any]) -> Any:
         """Run one op of :data:`cli.ops.OPS` (one at a time) and return its JSON document."""
         if name not in ops.OPS:
+            self.requests["unknown"] = self.requests.get("unknown", 0) + 1
+            self.errors["unknown"] = self.errors.get("unknown", 0) + 1
             raise RemoteError(f"unknown op {name!r}; known: {', '.join(ops.OPS)}")
-        with self._op_lock:
+        with self._op_lock:  # also guards the request counters (the metrics read copies)
+            self.requests[name] = self.requests.get(name, 0) + 1
             if self._stopped:
+                self.errors[name] = self.errors.get(name, 0) + 1
                 raise StoreClosedError(f"the broker on {self.data_dir} is stopping")
-            result = ops.run(name, self.broker, self.data_dir, args)
+            try:
+                result = ops.run(name, self.broker, self.data_dir, args)
+            except Exception:
+                self.errors[name] = self.errors.get(name, 0) + 1
+                raise
         return json.loads(json.dumps(result, default=str))
+
+    def request_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Requests and failed requests per op since start (for the metrics endpoint)."""
+        with self._op_lock:
+            return dict(self.requests), dict(self.errors)
 
     def answer(self, line: bytes) -> dict[str, Any]:
         try:

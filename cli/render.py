@@ -6,6 +6,7 @@ print the same thing.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterable, Sequence
 
 import click
@@ -13,6 +14,25 @@ import click
 from cli.durations import format_ms
 
 MiB = 1 << 20
+# What a terminal would act on rather than show: C0 and C1 controls and DEL (escape sequences,
+# carriage return, backspace, bell), the line and paragraph separators, and the bidirectional
+# overrides that reorder what follows them
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029"
+                          "\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(match: re.Match) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on written as its Python escape
+    (``\\x1b``, ``\\n``, ``\\u202e``): a body printed as text cannot move the cursor, clear the
+    screen, retitle the window or hide what follows. ``--json`` output is left exact."""
+    return _UNPRINTABLE.sub(_escaped, text)
 
 
 def echo_json(document: Any) -> None:
@@ -87,13 +107,13 @@ def due(document: dict[str, Any]) -> None:
 def body_text(message: dict[str, Any]) -> str:
     if "body_base64" in message:
         return f"(binary, base64) {message['body_base64']}"
-    return message["body"]
+    return printable(message["body"])
 
 
 def consumed(document: dict[str, Any]) -> None:
     for m in document["messages"]:
-        tags = f" tags={m['tags']}" if m.get("tags") else ""
-        click.echo(f"{m['topic']}/{m['queue_id']}@{m['queue_offset']}  {m['msg_id']}  "
+        tags = f" tags={printable(m['tags'])}" if m.get("tags") else ""
+        click.echo(f"{printable(m['topic'])}/{m['queue_id']}@{m['queue_offset']}  {m['msg_id']}  "
                    f"stored {format_ms(m['store_ms'])}{tags}  {body_text(m)}")
 
 
@@ -107,13 +127,26 @@ def size(n: int | None) -> str:
     return f"{n / MiB:.1f} MiB"
 
 
+def health_lines(health: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """``stats()["health"]`` as labelled lines: ``healthy``, or one DEGRADED line per failure
+    kind (count, since when, the last error)."""
+    if not health or health.get("status") == "healthy":
+        return [("health", "healthy")]
+    return [("DEGRADED", printable(f"{f['kind']}: failing {f['count']} time(s) in a row since "
+                                   f"{format_ms(f['since_ms'])}: {f['last_error']}"))
+            for f in health["failures"]]
+
+
 def stats(figures: dict[str, Any]) -> None:
     timer = figures["timer"]
     profile = f" (profile {timer['profile']})" if timer.get("profile") else ""
     cut = "" if figures["pending_by_topic_complete"] else " (per-topic counts cut short)"
+    pending = "?" if figures["pending"] is None else figures["pending"]
+    lag = "unknown" if figures["lag_ms"] is None else f"{figures['lag_ms']} ms"
     lines = [("data dir", figures["data_dir"]),
              ("engine", f"{figures['engine']}{profile}"),
-             ("pending", f"{figures['pending']} timer messages, lag {figures['lag_ms']} ms{cut}")]
+             *health_lines(figures.get("health")),
+             ("pending", f"{pending} timer messages, lag {lag}{cut}")]
     lines += [("", f"{topic:<24} {count}") for topic, count in figures["pending_by_topic"].items()]
     lines += [("stored", f"{name:<24} offsets {q['min_offset']}..{q['max_offset']}")
               for name, q in figures["topics"].items()]
@@ -129,6 +162,12 @@ def stats(figures: dict[str, Any]) -> None:
                                   f"delivered {figures['delivered']} timer / {level_delivered} "
                                   f"level; cancelled {figures['cancelled']}; in flight "
                                   f"{figures['in_flight']}; failed puts {figures['failed_puts']}"))
+    deliveries = figures.get("deliveries")
+    if deliveries:  # a broker of this version: lateness and early deliveries since start
+        late = deliveries["lateness_ms"]
+        seen = (f"mean {late['sum'] / late['count']:.1f} ms over {late['count']} deliveries"
+                if late["count"] else "no timer delivery yet")
+        lines.append(("lateness", f"{seen}; early {deliveries['early']} (must be 0)"))
     lines.append(("timer writes", ", ".join(f"{k} {size(v)}" for k, v in
                                             timer["bytes_written"].items()) + " (since open)"))
     if figures["engine"] == "rocksdb":
@@ -172,7 +211,7 @@ def stats(figures: dict[str, Any]) -> None:
                       "skipped")
     if log.get("truncated_bytes"):
         damage.insert(0, f"recovery cut a torn commitlog tail of {log['truncated_bytes']} bytes")
-    lines += [("DAMAGED", line) for line in damage[:20]]
+    lines += [("DAMAGED", printable(line)) for line in damage[:20]]
     if damage:
         lines.append(("", "run `rtimer check` for the full invariant walk"))
     for label, text in lines:
@@ -208,6 +247,6 @@ def check(report: dict[str, Any]) -> None:
     total = len(report["problems"]) + more
     click.echo(f"{total} problem(s):")
     for problem in report["problems"]:
-        click.echo(f"  {problem}")
+        click.echo(f"  {printable(problem)}")
     if more:
         click.echo(f"  ... and {more} more")

@@ -21,7 +21,10 @@ from cli import ops
 from cli.remote import BrokerClient
 
 ENGINES = ("rocksdb", "wheel", "memory")
-LOCK_WAIT_S = 3.0  # a broker that holds the lock may be about to open its socket
+# How long a command waits for a data dir another process holds: another short command (a
+# `send` takes well under a second) finishes, or a starting `rtimer run` opens its socket
+LOCK_WAIT_S = 5.0
+LOCK_POLL_S = 0.05
 
 
 @dataclass
@@ -31,6 +34,7 @@ class Settings:
     data_dir: Path
     config_file: Path | None
     engine: str | None
+    lock_wait_s: float = LOCK_WAIT_S
 
     def config(self) -> BrokerConfig:
         """The ``--config`` file and ``--engine``; every format setting they leave unsaid
@@ -49,33 +53,46 @@ class Settings:
             raise click.ClickException(f"{self.data_dir} is not an rtimer data dir (no broker.lock)")
 
     def open_broker(self) -> Broker:
-        return Broker.open(self.data_dir, self.config())
+        """The data dir opened here, waiting up to ``lock_wait_s`` while another process
+        holds it without serving it (a running broker is not waited for)."""
+        deadline = time.monotonic() + self.lock_wait_s
+        while True:
+            try:
+                return Broker.open(self.data_dir, self.config())
+            except StoreLockedError as exc:
+                client = BrokerClient.connect(self.data_dir)
+                if client is not None:  # a broker runs there: it will not go away by itself
+                    client.close()
+                    raise
+                self.wait_for_lock(exc, deadline)
+
+    def wait_for_lock(self, exc: StoreLockedError, deadline: float) -> None:
+        """Sleep a moment before the next try, or raise ``exc`` (saying how long we waited)
+        once ``deadline`` has passed."""
+        if time.monotonic() >= deadline:
+            raise StoreLockedError(f"{exc} (waited {self.lock_wait_s:g} s; --lock-wait "
+                                   "sets how long)") from None
+        time.sleep(LOCK_POLL_S)
 
 
 def call(settings: Settings, op: str, create: bool = False, **args: Any) -> Any:
     """Run ``op`` on the running broker if one answers, else on the data dir opened here.
-    Both paths return the same JSON document."""
-    client = BrokerClient.connect(settings.data_dir)
-    if client is None:
+    Both paths return the same JSON document. While another process holds the data dir
+    without a socket (another command, or a broker still starting), it tries both again
+    until ``settings.lock_wait_s`` has passed."""
+    deadline = time.monotonic() + settings.lock_wait_s
+    while True:
+        client = BrokerClient.connect(settings.data_dir)
+        if client is not None:
+            with client:
+                return client.call(op, args)
         if not create:
             settings.require_data_dir()
         try:
-            with settings.open_broker() as broker:
-                result = ops.run(op, broker, settings.data_dir, args)
-            return json.loads(json.dumps(result, default=str))
-        except StoreLockedError:
-            client = _wait_for_socket(settings.data_dir)
-            if client is None:
-                raise
-    with client:
-        return client.call(op, args)
-
-
-def _wait_for_socket(data_dir: Path) -> BrokerClient | None:
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while time.monotonic() < deadline:
-        client = BrokerClient.connect(data_dir)
-        if client is not None:
-            return client
-        time.sleep(0.05)
-    return None
+            broker = Broker.open(settings.data_dir, settings.config())
+        except StoreLockedError as exc:
+            settings.wait_for_lock(exc, deadline)
+            continue
+        with broker:
+            result = ops.run(op, broker, settings.data_dir, args)
+        return json.loads(json.dumps(result, default=str))

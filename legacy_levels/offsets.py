@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from rocks_timer.errors import CorruptRecordError
-from rocks_timer.fileio import fsync_dir
+from rocks_timer.fileio import fsync_dir, mkdir_durably
 
 OFFSET_FILE_NAME = "delayOffset.json"
 BACKUP_SUFFIX = ".bak"
@@ -165,7 +165,7 @@ class DelayOffsetFile:
         self.bak_path = self.dir / (OFFSET_FILE_NAME + BACKUP_SUFFIX)
 
     def write(self, text: str) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        mkdir_durably(self.dir)
         tmp = self.dir / f"{OFFSET_FILE_NAME}.tmp.{os.getpid()}.{threading.get_ident()}"
         with open(tmp, "w", encoding="utf-8") as handle:
             handle.write(text)

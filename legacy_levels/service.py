@@ -28,6 +28,7 @@ from concurrent.futures import wait as wait_futures
 from pathlib import Path
 
 from rocks_timer.config import BrokerConfig
+from rocks_timer.health import Health, level_scan
 from rocks_timer.message import SCHEDULE_TOPIC
 
 from legacy_levels.async_deliver import PendingQueue
@@ -51,8 +52,11 @@ class ScheduleMessageService:
     """
 
     def __init__(self, root: Path, message_store, config: BrokerConfig, clock, *,
-                 level_budget: int = DEFAULT_LEVEL_BUDGET):
+                 level_budget: int = DEFAULT_LEVEL_BUDGET, health: Health | None = None):
         self.root = Path(root)
+        # the broker's (stats and `rtimer run`'s exit status show a scanner that keeps failing)
+        self.health = health or Health(clock, config.failure_log_interval_ms,
+                                       config.service_retry_max_backoff_ms)
         self.store = message_store
         self.config = config
         self.clock = clock
@@ -170,11 +174,13 @@ class ScheduleMessageService:
                 now_ms = self.clock.now_ms()
                 moved = scanner.scan(now_ms, self.level_budget)
                 committed = scanner.handle_results(now_ms)
-            except Exception:  # noqa: BLE001 - counted; the level retries later like 4.x
+            except Exception as exc:  # noqa: BLE001 - counted; the level retries later like 4.x
                 scanner.counters.errors += 1
-                log.exception("delay level %d scanner failed", scanner.level)
+                # logged once, then one line per interval; the wait is 4.x's DELAY_FOR_A_PERIOD
+                self.health.failed(level_scan(scanner.level), exc, int(ERROR_RETRY_S * 1000))
                 stop.wait(ERROR_RETRY_S)
                 continue
+            self.health.recovered(level_scan(scanner.level))
             if moved or committed:
                 continue
             futures = scanner.running_futures()

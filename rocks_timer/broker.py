@@ -12,6 +12,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -21,15 +22,18 @@ from rocks_timer.check import CheckReport, check_broker
 from rocks_timer.clock import Clock, ManualClock, SystemClock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.consumer_offsets import ConsumerOffsets
-from rocks_timer.errors import (CorruptRecordError, EngineNotAvailableError, StoreClosedError,
-                                StoreLockedError)
+from rocks_timer.errors import (CorruptRecordError, EngineNotAvailableError, RocksTimerError,
+                                StoreClosedError, StoreLockedError)
+from rocks_timer.health import PERIODIC_FLUSH, TIMER_STEP, Health
 from rocks_timer.message import Message, msg_id_supplier
 from rocks_timer.message_store import MessageStore
 from rocks_timer.private import (FILE_MODE, hold_owner_only_umask, is_data_dir_or_new,
                                  private_dir, release_owner_only_umask, tighten)
 from rocks_timer.routing import route, route_batch
 from rocks_timer.timer.deliverer import Deliverer
+from rocks_timer.timer.histogram import bound_counts
 from rocks_timer.timer.store import ScanPage, TimerStore, maker, new_timer_record
+from rocks_timer.timer.tally import DelayTally
 
 log = logging.getLogger(__name__)
 _RETENTION_EVERY_MS = 10_000
@@ -64,13 +68,14 @@ def _open_timer_store(root: Path, config: BrokerConfig, messages: MessageStore) 
     return WheelTimerStore.open(root / "wheel", messages, config)
 
 
-def _open_level_service(root: Path, config: BrokerConfig, messages: MessageStore, clock: Clock):
+def _open_level_service(root: Path, config: BrokerConfig, messages: MessageStore, clock: Clock,
+                        health: Health):
     try:
         from legacy_levels import ScheduleMessageService
     except ImportError as exc:
         log.warning("legacy delay levels are not available: %s", exc)
         return None
-    service = ScheduleMessageService(root, messages, config, clock)
+    service = ScheduleMessageService(root, messages, config, clock, health=health)
     service.load()
     return service
 
@@ -81,7 +86,9 @@ class Broker(KeyedOperations):
 
     def __init__(self, path: Path | str, config: BrokerConfig | None = None,
                  clock: Clock | None = None):
+        opening = time.monotonic()
         self.path = Path(path)
+        self.previous_stop_clean: bool | None = None  # set by _lock_data_dir
         self.config = (config or datadir.adopt(path, BrokerConfig())).validate()
         self.clock = clock or SystemClock()
         hold_owner_only_umask()  # RocksDB's own files get 0600 too (rocks_timer.private)
@@ -109,13 +116,18 @@ class Broker(KeyedOperations):
         self._async_flush = self.config.flush_disk_type == "async"
         self.sent = {"immediate": 0, "level": 0, "timer": 0}
         self.cancelled = 0
+        self.delays = DelayTally()  # the delays timer messages are sent with, per batch
+        self.health = Health(self.clock, self.config.failure_log_interval_ms,
+                             self.config.service_retry_max_backoff_ms)
         try:
             stored_format = datadir.check(self.path, self.config)
             self.messages = MessageStore.open(self.path, self.config, self.clock)
             self.timer = _open_timer_store(self.path, self.config, self.messages)
-            self.deliverer = Deliverer(self.timer, self.messages, self.config, self.clock)
+            self.deliverer = Deliverer(self.timer, self.messages, self.config, self.clock,
+                                       self.health)
             self.deliverer.reconcile()
-            self.levels = _open_level_service(self.path, self.config, self.messages, self.clock)
+            self.levels = _open_level_service(self.path, self.config, self.messages, self.clock,
+                                              self.health)
             datadir.record(self.path, self.config, stored_format)
             self.consumer_offsets = ConsumerOffsets(self.path)
             try:
@@ -127,6 +139,9 @@ class Broker(KeyedOperations):
             self._close_opened()
             self._release()
             raise
+        # how long the open took: after an unclean stop, that is the recovery (CommitLog and
+        # ConsumeQueue repair, the engine's own recovery, the deliverer's reconcile)
+        self.open_ms = round((time.monotonic() - opening) * 1000)
 
     @classmethod
     def open(cls, path: Path | str, config: BrokerConfig | None = None,
@@ -143,6 +158,8 @@ class Broker(KeyedOperations):
             os.close(fd)
             raise StoreLockedError(f"data dir {self.path} is in use by pid {holder}; stop it or "
                                    "talk to it (rtimer commands do)") from None
+        # a clean close empties the lock file; a pid left in it means the last run did not close
+        self.previous_stop_clean = not os.pread(fd, 64, 0).strip()
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         return fd
@@ -157,8 +174,10 @@ class Broker(KeyedOperations):
                 except Exception:  # noqa: BLE001 - the open's own error is the one to raise
                     log.exception("closing %s after a failed open", part)
 
-    def _release(self) -> None:
+    def _release(self, clean: bool = False) -> None:
         if self._lock_fd is not None:
+            if clean:
+                os.ftruncate(self._lock_fd, 0)
             os.close(self._lock_fd)
             self._lock_fd = None
         if not getattr(self, "_umask_released", False):
@@ -213,6 +232,7 @@ class Broker(KeyedOperations):
             (m.msg_id, s.handle, due, m.topic, m.queue_id or 0, name)
             for due, s, m in zip(dues, scheduled, messages)]))
         self.sent["timer"] += len(routes)
+        self.delays.add(dues, now_ms)
         if any([s.key_due_ms < wake_at for s in scheduled]):
             self._wake.set()
         return results
@@ -322,7 +342,9 @@ class Broker(KeyedOperations):
 
     def _timer_loop(self) -> None:
         """Step, then sleep until the next due time (at most one precision interval); a send
-        due sooner than the planned wake-up wakes the loop early."""
+        due sooner than the planned wake-up wakes the loop early. A step that fails (a
+        damaged store, a full disk) is retried after a backoff that doubles while it keeps
+        failing (``self.health`` logs it and ``stats()`` shows it); sends do not cut it short."""
         interval_ms = self.config.timer_precision_ms
         while not self._stopping.is_set():
             self._wake.clear()
@@ -333,6 +355,7 @@ class Broker(KeyedOperations):
                     busy = self._timer_step(now, wait=False)
                     self._housekeeping(now)
                     claimed = self.deliverer.in_flight + busy - claimed_before
+                self.health.recovered(TIMER_STEP)
                 if self.deliverer.in_flight:
                     if claimed == 0 or self.deliverer.in_flight >= self.config.timer_max_in_flight:
                         self.deliverer.wait_oldest(interval_ms / 1000)
@@ -342,9 +365,9 @@ class Broker(KeyedOperations):
                 if next_due is not None:
                     sleep_ms = min(interval_ms, max(0, next_due - self.clock.now_ms()))
                 self._wake_at_ms = self.clock.now_ms() + sleep_ms
-            except Exception:  # noqa: BLE001 - a service loop never dies; it logs and goes on
-                log.exception("timer loop step failed")
-                sleep_ms = interval_ms
+            except Exception as exc:  # noqa: BLE001 - a service loop never dies: it backs off
+                sleep_ms = self.health.failed(TIMER_STEP, exc, interval_ms)
+                self._wake_at_ms = 0
             if sleep_ms > 0:
                 self._wake.wait(sleep_ms / 1000)
 
@@ -352,12 +375,16 @@ class Broker(KeyedOperations):
         """Async mode: flush every ``flush_interval_ms`` on a thread of its own, so the timer
         loop never waits for the disk to take what producers sent (a flush after a burst of
         sends took 60 ms for 100,000 messages, stalling the first deliveries)."""
-        interval_s = self.config.flush_interval_ms / 1000
-        while not self._stopping.wait(interval_s):
+        interval_ms = self.config.flush_interval_ms
+        wait_ms = interval_ms
+        while not self._stopping.wait(wait_ms / 1000):
             try:
                 self.flush()
-            except Exception:  # noqa: BLE001 - a service loop never dies; it logs and goes on
-                log.exception("periodic flush failed")
+            except Exception as exc:  # noqa: BLE001 - a service loop never dies: it backs off
+                wait_ms = max(interval_ms, self.health.failed(PERIODIC_FLUSH, exc, interval_ms))
+            else:
+                self.health.recovered(PERIODIC_FLUSH)
+                wait_ms = interval_ms
 
     def stop(self) -> None:
         """Stop the background services (pending messages stay stored)."""
@@ -380,8 +407,12 @@ class Broker(KeyedOperations):
                 self.levels.close()
             self.timer.close()
             self.messages.close()
+            clean = True
+        except BaseException:
+            clean = False
+            raise
         finally:
-            self._release()
+            self._release(clean)
 
     def __enter__(self) -> "Broker":
         return self
@@ -397,15 +428,21 @@ class Broker(KeyedOperations):
             return check_broker(self)
 
     def stats(self) -> dict[str, Any]:
+        """Counters, lag and the engine's figures, and ``health``: ``healthy``, or
+        ``degraded`` with each failure kind going on (where, error, count, since when). A
+        figure the timer store cannot read (damage) is None and its error is in ``health``,
+        so a damaged broker still answers."""
         self._check_open()
         now = self.clock.now_ms()
-        timer = self.timer.stats().as_dict()
-        first = self.timer.scan(limit=1)
-        lag_ms = max(0, now - first[0].deliver_at_ms) if first else 0
+        timer = self._figure("stats: timer figures", lambda: self.timer.stats().as_dict())
+        first = self._figure("stats: timer scan", lambda: self.timer.scan(limit=1))
+        lag_ms = None if first is None else max(0, now - first[0].deliver_at_ms) if first else 0
+        due = self._figure("stats: due counters", self.due_histogram)
         return {
             "engine": self.timer.name,
+            "health": self.health.as_dict(),
             "now_ms": now,
-            "pending": timer["pending"],
+            "pending": timer["pending"] if timer is not None else self._pending_or_none(),
             "sent": dict(self.sent),
             "delivered": self.deliverer.delivered,
             "cancelled": self.cancelled,
@@ -413,12 +450,59 @@ class Broker(KeyedOperations):
             "in_flight": self.deliverer.in_flight,
             "failed_puts": self.deliverer.failed_puts,
             "lag_ms": lag_ms,
-            "timer": timer,
-            "due": self.due_histogram(),
+            "timer": timer if timer is not None else {"bytes_written": {}},
+            "due": due,
             "commitlog": self.messages.stats(),
             "levels": self.levels.stats() if self.levels is not None else None,
             "clamped_consumer_offsets": list(self.clamped_offsets),
+            "deliveries": self.deliverer.tally.as_dict(),
+            "send_delays_ms": self.delays.as_dict(),
+            "open": {"open_ms": self.open_ms, "previous_stop_clean": self.previous_stop_clean},
         }
+
+    def pending_by_topic(self, max_entries: int = 100_000) -> tuple[dict[str, int], bool]:
+        """Pending timer messages per topic, and whether the count is complete: pending entries
+        walked in due order (keys only where the engine can), at most ``max_entries`` (False
+        and a partial count past that)."""
+        self._check_open()
+        by_keys = getattr(self.timer, "count_by_topic", None)  # a walk of keys only (RocksDB)
+        if by_keys is not None:
+            return by_keys(max_entries)
+        counts: dict[str, int] = {}
+        after, seen = None, 0
+        while seen < max_entries:
+            page = self.timer.scan(limit=min(10_000, max_entries - seen), after=after)
+            for entry in page:
+                counts[entry.topic] = counts.get(entry.topic, 0) + 1
+            seen += len(page)
+            after = page.next_after
+            if after is None:
+                return dict(sorted(counts.items())), True
+        return dict(sorted(counts.items())), False
+
+    def due_snapshot(self, bounds_s: tuple[int, ...]) -> dict[int | None, int]:
+        """Pending counts by due bound from now (RocketMQ's timer message snapshot, without
+        its 24 h cap): key b counts due times in [previous bound, b) seconds from now rounded up
+        to the whole second, the first from the past; key None the rest."""
+        self._check_open()
+        return bound_counts(self.timer, self.clock.now_ms(), bounds_s)
+
+    def _figure(self, where: str, read: Any) -> Any:
+        """``read()``, or None when the timer store cannot answer it (the error goes to
+        ``health``, quietly: ``stats()`` reports it)."""
+        try:
+            value = read()
+        except RocksTimerError as exc:
+            self.health.failed(where, exc, quiet=True)
+            return None
+        self.health.recovered(where)
+        return value
+
+    def _pending_or_none(self) -> int | None:
+        try:
+            return self.timer.pending_count()
+        except RocksTimerError:
+            return None
 
 
 __all__ = ["Broker", "SendResult"]

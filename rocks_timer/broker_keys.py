@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from rocks_timer.errors import DelayOutOfRangeError, InvalidMessageError
-from rocks_timer.routing import validate_topic
+from rocks_timer.routing import validate_key, validate_topic
 from rocks_timer.timer.histogram import DEFAULT_DAYS, due_histogram
 from rocks_timer.timer.store import KeyCancel, Rescheduled, ScanPage
 
@@ -37,13 +37,15 @@ class KeyedOperations:
         self._check_open()
         if limit < 0:
             raise ValueError(f"limit={limit} must be >= 0")
-        return self.timer.find(validate_topic(topic), key, limit=limit, after=after)
+        return self.timer.find(validate_topic(topic), validate_key(key), limit=limit,
+                               after=after)
 
     def cancel_by_key(self, topic: str, key: str) -> KeyCancel:
         """Cancel every pending message of ``topic`` with ``key``; returns how many (an int
         whose ``handles`` name them). Each counted one will never be delivered."""
         self._check_open()
-        cancelled = self.timer.cancel_by_key(validate_topic(topic), key, self.clock.now_ms())
+        cancelled = self.timer.cancel_by_key(validate_topic(topic), validate_key(key),
+                                             self.clock.now_ms())
         self.cancelled += int(cancelled)
         return cancelled
 
@@ -60,7 +62,7 @@ class KeyedOperations:
     def reschedule_by_key(self, topic: str, key: str, deliver_at_ms: int) -> list[Rescheduled]:
         """``reschedule`` of every pending message of ``topic`` with ``key``, in one write."""
         self._check_open()
-        topic = validate_topic(topic)
+        topic, key = validate_topic(topic), validate_key(key)
         now_ms = self._check_due(deliver_at_ms)
         results = self.timer.reschedule_by_key(topic, key, deliver_at_ms, now_ms)
         self._after_reschedule(results)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rocks_timer.errors import ConfigError, CorruptRecordError
-from rocks_timer.fileio import fsync_dir, pwrite_all
+from rocks_timer.fileio import create_durably, fsync_dir, mkdir_durably, pwrite_all
 from rocks_timer.private import FILE_MODE
 from rocks_timer.record import (BLANK_MAGIC, FIXED_SIZE, MESSAGE_MAGIC, MIN_BLANK_LEN, PREFIX,
                                 encode_blank)
@@ -86,7 +86,7 @@ class CommitLog:
         self.short_segments: list[str] = []   # sealed segments shorter than segment_size
         self.missing_segments: list[str] = []  # gaps between the first and the last
         self.syncs = 0  # fdatasync rounds run by sync_to (async mode's flushes)
-        directory.mkdir(parents=True, exist_ok=True)
+        mkdir_durably(directory)
         self._open_segments()
         self._synced = 0
         self.sync_to(self.max_offset)  # what recovery kept may still be in the page cache only
@@ -219,13 +219,16 @@ class CommitLog:
         tail = self._segments[-1]
         if tail.written + size + MIN_BLANK_LEN > self.segment_size:
             blank = self.segment_size - tail.written
-            os.pwrite(tail.fd, encode_blank(blank), tail.written)
-            tail.written += blank
-            self.bytes_written += blank
-            if self.sync_flush:
-                os.fdatasync(tail.fd)
-                if self._synced == tail.end - blank:
-                    self._synced = tail.end
+            if blank:  # else sealed already: a crash came before the next segment's name
+                os.pwrite(tail.fd, encode_blank(blank), tail.written)
+                tail.written += blank
+                self.bytes_written += blank
+            # sealed and synced before the next segment's name exists, in async mode too (once
+            # per segment): after a power cut a short sealed segment is damage, never the
+            # unflushed tail of a log that went on in a file whose name outlived it
+            os.fdatasync(tail.fd)
+            if self._synced >= tail.start:
+                self._synced = tail.end
             self._new_segment(tail.start + self.segment_size)
         return self._segments[-1].end
 
@@ -249,8 +252,7 @@ class CommitLog:
 
     def _new_segment(self, start: int) -> None:
         path = self.directory / f"{start:020d}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
-        fsync_dir(self.directory)  # the new name survives a power cut with its first fsync
+        fd = create_durably(path, os.O_RDWR, FILE_MODE)  # the name survives with its first fsync
         with self._lock:
             self._segments.append(Segment(start, path, fd))
             self._starts.append(start)
@@ -317,6 +319,8 @@ class CommitLog:
                 self._segments.pop(0)
                 self._starts.pop(0)
                 removed += 1
+        if removed:  # deleted for good: a power cut never brings an expired segment back
+            fsync_dir(self.directory)
         return removed
 
     def iter_verified(self, until: int) -> Iterator[RawRecord]:

@@ -65,6 +65,10 @@ class BrokerConfig:
     flush_disk_type: str = "async"
     flush_interval_ms: int = 500  # async mode: everything acknowledged is fsynced this often
     file_reserved_hours: int = 72
+    # background services that keep failing (rocks_timer.health): the failing loop's wait
+    # doubles up to this, and each failure kind gets one log line per interval
+    service_retry_max_backoff_ms: int = 10_000
+    failure_log_interval_ms: int = 60_000
 
     # -- derived values --------------------------------------------------------------------
     @property
@@ -142,6 +146,10 @@ class BrokerConfig:
         need(self.flush_disk_type in FLUSH_MODES, "flush_disk_type", ", ".join(FLUSH_MODES))
         need(1 <= self.flush_interval_ms <= 60_000, "flush_interval_ms", "1..60000 ms")
         need(self.file_reserved_hours >= 1, "file_reserved_hours", ">= 1 hour")
+        need(100 <= self.service_retry_max_backoff_ms <= 3_600_000,
+             "service_retry_max_backoff_ms", "100..3600000 ms")
+        need(1_000 <= self.failure_log_interval_ms <= 86_400_000, "failure_log_interval_ms",
+             "1000..86400000 ms")
         return self
 
     # -- loaders ---------------------------------------------------------------------------

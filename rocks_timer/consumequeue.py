@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Mapping
 
 from rocks_timer.delay_levels import DelayLevelTable
+from rocks_timer.fileio import create_durably, mkdir_durably
 from rocks_timer.private import FILE_MODE
 from rocks_timer.message import DELAY, SCHEDULE_TOPIC
 from rocks_timer.record import java_string_hash
@@ -72,7 +73,7 @@ class ConsumeQueue:
         self._min_offset = 0
         self._max_offset = 0
         self.bytes_written = 0
-        directory.mkdir(parents=True, exist_ok=True)
+        mkdir_durably(directory)
         self._load()
 
     # -- state ---------------------------------------------------------------------------
@@ -156,7 +157,7 @@ class ConsumeQueue:
     def _fd_for(self, start: int) -> int:
         fd = self._files.get(start)
         if fd is None:
-            fd = os.open(self.directory / f"{start:020d}", os.O_RDWR | os.O_CREAT, FILE_MODE)
+            fd = create_durably(self.directory / f"{start:020d}", os.O_RDWR, FILE_MODE)
             self._files[start] = fd
         return fd
 
@@ -272,7 +273,7 @@ class ConsumeQueueSet:
         self._entries_per_file = entries_per_file
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
-        root.mkdir(parents=True, exist_ok=True)
+        mkdir_durably(root)
         for topic_dir in sorted(root.iterdir()):
             for queue_dir in sorted(topic_dir.iterdir()) if topic_dir.is_dir() else ():
                 if queue_dir.name.isdigit():

@@ -57,6 +57,16 @@ class UnsupportedOperationError(RocksTimerError):
     reschedule on the file wheel, which keeps no index by key); nothing was changed."""
 
 
+class StoreIOError(RocksTimerError):
+    """The disk refused a read or a write (no space left, permission denied, read-only file
+    system, an I/O error): not damage, and nothing to repair; ``errno`` says which when known.
+    Fix the cause and try again."""
+
+    def __init__(self, message: str, *, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
+
+
 class PutFailedError(RocksTimerError):
     """A CommitLog put that did not land; callers retry it."""
 

@@ -32,6 +32,54 @@ def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
         done += os.pwrite(fd, view[done:done + SLICE], offset + done)
 
 
+def create_durably(path, flags: int = os.O_RDWR, mode: int = 0o600) -> int:
+    """Open ``path`` (with ``flags``), creating it when missing; returns the descriptor.
+
+    Durability by name (DESIGN §6c, docs/DECISIONS.md "Durability by name"): a file's fsync makes
+    its bytes durable, not its name; the name is durable once its directory has been fsynced
+    after the create. So when this call creates the file, it fsyncs the directory before
+    returning: every later fsync of the file's data then keeps a file that is found again after
+    a power cut. Once per name, never per write: opening an existing file costs nothing more."""
+    flags |= os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        fd = -1
+    if fd < 0:  # opened outside the handler: an error here carries no context (whose frames
+        return os.open(path, flags)  # would keep a failed open's RocksDB handles alive)
+    try:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def mkdir_durably(path, mode: int = 0o700) -> bool:
+    """Create directory ``path`` and its missing parents, each made durable by name (its parent
+    fsynced after the ``mkdir``) and given ``mode`` exactly (``mkdir``'s mode is filtered by the
+    umask). An existing directory is left as it is. Returns True when it created any."""
+    path = os.path.abspath(path)
+    missing = []
+    here = path
+    while not os.path.isdir(here):
+        missing.append(here)
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, mode)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+            continue  # made meanwhile by another caller, which makes it durable
+        os.chmod(directory, mode)
+        fsync_dir(os.path.dirname(directory))
+    return bool(missing)
+
+
 def replace_durably(path, data: bytes) -> None:
     """Replace a small state file crash-safely: temp file in the same directory, fsync,
     ``os.replace``, fsync of the directory (a power cut leaves the old file or the new one)."""

@@ -56,6 +56,7 @@ class MessageStore:
         self.corrupt_reads = 0
         self.groups_written = 0
         self.messages_written = 0
+        self.messages_read = 0  # by pulls (pull_page)
         self._recover()
         self._next_queue_offset = {(q.topic, q.queue_id): q.max_offset for q in self.queues.all()}
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -290,6 +291,7 @@ class MessageStore:
             except CorruptRecordError as exc:
                 self.corrupt_reads += 1
                 log.error("pull %s/%d offset %d: %s", topic, queue_id, entry.queue_offset, exc)
+        self.messages_read += len(messages)
         return messages, next_offset
 
     def iter_messages(self, from_offset: int = 0) -> Iterator[Message]:
@@ -328,6 +330,7 @@ class MessageStore:
                 "consumequeue_bytes": self.queues.bytes_written,
                 "bytes_by_topic": self.bytes_written_by_topic(),
                 "messages_written": self.messages_written, "groups_written": self.groups_written,
+                "messages_read": self.messages_read,
                 "corrupt_reads": self.corrupt_reads,
                 "truncated_bytes": self.commitlog.truncated_bytes,
                 "corrupt_regions": [d.describe() for d in self.commitlog.damage[:20]],

@@ -20,6 +20,8 @@ import stat
 import threading
 from pathlib import Path
 
+from rocks_timer.fileio import mkdir_durably
+
 log = logging.getLogger(__name__)
 
 DIR_MODE = 0o700
@@ -36,21 +38,11 @@ _saved_umask: int | None = None
 
 
 def private_dir(path: Path | str) -> Path:
-    """Create ``path`` (and missing parents inside it) owner-only; an existing directory is
-    left as it is (:func:`tighten` handles data dirs)."""
+    """Create ``path`` (and missing parents inside it) owner-only and durable by name
+    (:func:`rocks_timer.fileio.mkdir_durably`); an existing directory is left as it is
+    (:func:`tighten` handles data dirs)."""
     path = Path(path)
-    if not path.is_dir():
-        missing = []
-        here = path
-        while not here.exists():
-            missing.append(here)
-            here = here.parent
-        for directory in reversed(missing):
-            try:
-                directory.mkdir(mode=DIR_MODE)
-            except FileExistsError:
-                pass
-            os.chmod(directory, DIR_MODE)  # mkdir's mode is filtered by the umask
+    mkdir_durably(path, DIR_MODE)
     return path
 
 

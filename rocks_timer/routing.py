@@ -5,6 +5,10 @@
 3. D <= now: stored on the real topic at once.
 4. D - now > the max delay: ``DelayOutOfRangeError``; exactly the maximum is accepted.
 5. Otherwise the timer engine parks it until D.
+
+Names a producer gives are checked here too, once for every way in (library, CLI, the Unix
+socket, the gRPC and remoting fronts): :func:`validate_topic` and :func:`validate_key` (the
+rule ``find``, ``cancel --key`` and ``reschedule --key`` apply to the key they are given).
 """
 from __future__ import annotations
 
@@ -23,6 +27,10 @@ from rocks_timer.record import MAX_PROPERTIES_SIZE
 from rocks_timer.timer.handles import TOPIC_PATTERN
 
 _MSG_ID = re.compile(r"^[0-9A-F]{32}$")
+MAX_KEY_BYTES = (1 << 16) - 1  # the key index stores a key's length in 2 bytes
+# C0 controls, DEL and C1 controls: never part of a key (KEYS separates keys by spaces, and a
+# key is typed on command lines and printed on terminals)
+_KEY_REFUSED = re.compile(r"[ \x00-\x1f\x7f-\x9f]")
 RouteKind = Literal["immediate", "level", "timer"]
 
 
@@ -46,10 +54,50 @@ def validate_topic(topic: object) -> str:
     return topic
 
 
+def validate_key(key: object) -> str:
+    """``key`` if it is a message key that can be sent, found, cancelled and rescheduled by:
+    a non-empty string of at most ``MAX_KEY_BYTES`` UTF-8 bytes with no space (RocketMQ's
+    KEYS separator) and no control character; InvalidMessageError naming it otherwise.
+
+    The same rule for a send's keys and for the key ``find`` is asked for: a key accepted at
+    send that find refuses could never be found or cancelled, and a key with a space would
+    be stored as one key and read back as two."""
+    if not isinstance(key, str):
+        raise InvalidMessageError(f"key {key!r} is not a string")
+    if not key or _KEY_REFUSED.search(key):
+        raise InvalidMessageError(f"key {key!r:.80} is empty or holds a space or a control "
+                                  f"character (KEYS separates keys by spaces)")
+    if len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8")) > MAX_KEY_BYTES:
+        raise InvalidMessageError(f"key of {len(key.encode('utf-8'))} bytes exceeds "
+                                  f"{MAX_KEY_BYTES} bytes")
+    return key
+
+
+def _keys_valid(keys: tuple) -> bool:
+    """Every key passes :func:`validate_key` (the send paths' cheap test; the reference
+    raises the error)."""
+    for key in keys:
+        if (type(key) is not str or not key or _KEY_REFUSED.search(key)
+                or (len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8")) > MAX_KEY_BYTES)):
+            return False
+    return True
+
+
+def _first_bad_keys(messages: Sequence[Message]) -> int:
+    """The index of the first message whose keys :func:`validate_key` refuses (len if none)."""
+    for at, msg in enumerate(messages):
+        keys = getattr(msg, "keys", None)
+        if keys and not _keys_valid(keys):
+            return at
+    return len(messages)
+
+
 def _validate(msg: Message, config: BrokerConfig) -> None:
     if not isinstance(msg, Message):
         raise InvalidMessageError(f"send takes a rocks_timer.Message, got {type(msg).__name__}")
     validate_topic(msg.topic)
+    for key in msg.keys:
+        validate_key(key)
     if len(msg.body) > config.max_message_size:
         raise InvalidMessageError(f"body of {len(msg.body)} bytes exceeds max_message_size "
                                   f"{config.max_message_size}")
@@ -114,7 +162,8 @@ def route(msg: Message, *, now_ms: int, config: BrokerConfig, delay_level: int |
     :func:`_route_common`; anything it does not vouch for, errors included, goes through
     :func:`route_reference`, so both give the same routes and the same errors. ``new_id``
     gives the id of a message that has none (a batch passes ids made in bulk)."""
-    if delay_level is None and deliver_at is None and (delay_ms is None or deliver_at_ms is None):
+    if (delay_level is None and deliver_at is None and (delay_ms is None or deliver_at_ms is None)
+            and (not getattr(msg, "keys", None) or _keys_valid(msg.keys))):
         new_id = new_id or new_msg_id
         if _native_route is not None:
             routed = _native_route(msg, now_ms, delay_ms, deliver_at_ms, config.max_message_size,
@@ -140,6 +189,12 @@ def route_batch(messages: Sequence[Message], *, now_ms: int, config: BrokerConfi
                 for m in messages]
     if type(messages) is not list:
         messages = list(messages)
+    # the native loop does not check keys: it routes the messages before the first bad key
+    # (one of them may raise first, as in order), then that message raises below
+    bad = _first_bad_keys(messages)
+    refused = messages[bad] if bad < len(messages) else None
+    if refused is not None:
+        messages = messages[:bad]
     fixed = (now_ms, delay_ms, deliver_at_ms, config.max_message_size, config.max_delay_ms,
              MAX_PROPERTIES_SIZE, _valid_topics, _FORBIDDEN, Message, new_id or new_msg_id, Route)
     routes: list[Route] = []
@@ -152,6 +207,8 @@ def route_batch(messages: Sequence[Message], *, now_ms: int, config: BrokerConfi
             routes.append(route(messages[at], now_ms=now_ms, config=config, new_id=new_id,
                                 **schedule))
             at += 1
+    if refused is not None:
+        route(refused, now_ms=now_ms, config=config, new_id=new_id, **schedule)  # raises
     return routes
 
 

@@ -149,3 +149,23 @@ def test_bench_keys_smoke(tmp_path, capsys):
         ("inline", False), ("inline", True), ("vlog", False), ("vlog", True)}
     assert all(r["complete"] for r in report["wa"])
     assert "keyed / no keys" in capsys.readouterr().out
+
+
+def test_bench_power_cut_smoke(tmp_path, capsys):
+    from bench import power_cut as bench_power_cut
+    assert bench_power_cut.main(["--cases", "rocksdb:async", "--seeds", "1", "--spread", "200",
+                                 "--rounds", "10", "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "power_cut.json").read_text())
+    (run,) = report["runs"]
+    assert run["cuts"] >= 5 and run["failed"] == 0 and run["promised_checked"] > 0
+    assert report["total"]["cuts"] == run["cuts"]
+    assert "0 failed" in capsys.readouterr().out
+
+
+def test_bench_dir_fsync_smoke(tmp_path, capsys):
+    from bench import dir_fsync as bench_dir_fsync
+    assert bench_dir_fsync.main(["--files", "6", "--runs", "1",
+                                 "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "dir_fsync.json").read_text())
+    assert report["plain_ms"] > 0 and report["durable_ms"] > 0
+    assert "with the directory's fsync" in capsys.readouterr().out

@@ -51,6 +51,23 @@ def test_command_is_in_the_readme(name):
         assert "```" in body, f"README's `rtimer {name}` has no example block"
 
 
+def _documented_options() -> list[tuple[str, str]]:
+    return [("", opt) for param in cli.params for opt in param.opts if opt.startswith("--")] + [
+        (name, opt) for name, command in all_commands() for param in command.params
+        for opt in param.opts if opt.startswith("--")]
+
+
+@pytest.mark.parametrize("name,option", _documented_options(), ids=lambda v: v or "rtimer")
+def test_every_option_is_in_the_readme(name, option):
+    """An option is named in its command's README section, or (global options, and the
+    ``--json`` every listing command takes) in the part before the first command."""
+    section = cli_section()
+    shared = section.split("### ", 1)[0]
+    own = section.split(f"### `rtimer {name}`", 1)[1].split("### ", 1)[0] if name else ""
+    assert f"`{option}" in own or f"`{option}" in shared or f"{option} " in own, (
+        f"README's CLI section does not name `rtimer {name} {option}`")
+
+
 def test_readme_documents_the_formats_and_the_running_broker():
     section = cli_section()
     for phrase in ("500ms", "7d", "1h30m", "ISO 8601", "UTC", "rtimer.sock", "0600",

@@ -178,3 +178,12 @@ def test_garbage_bytes_fail_that_call_only(broker, stub):
             garbage(b"\xff\xff\xff\xff\x0f", timeout=10)
     assert send(stub, msg(topic="AfterGarbage", body=b"still fine")).status.code == Code.OK
     assert receive(stub, "AfterGarbageGroup", "AfterGarbage")[0] == [Code.OK]
+
+
+@pytest.mark.parametrize("key", ["a b", "", "esc\x1b[2J", "tab\tkey"])
+def test_keys_find_refuses_answer_illegal_message_key(stub, key):
+    """The library's key rule (routing.validate_key), as find applies it."""
+    bad = msg(topic="KeyTopic")
+    bad.system_properties.keys.extend(["fine", key])
+    assert send(stub, bad).status.code == Code.ILLEGAL_MESSAGE_KEY
+    assert receive(stub, "KeyGroup", "KeyTopic")[0] == [Code.MESSAGE_NOT_FOUND]

@@ -277,6 +277,24 @@ class RocketMQCluster:
             commands = [c for c, _ in failed]
             if commands:
                 time.sleep(1)
+        # updateTopic answers once the broker has the topic; the broker tells the NameServer
+        # afterwards, so a client asking for the route at once can still be told "no route".
+        for topic in topics or {}:
+            self._await_route(topic, deadline)
+
+    def _await_route(self, topic: str, deadline: float) -> None:
+        while True:
+            proc = subprocess.run(
+                self._java_cmd("rmq.tools.logback.xml",
+                               "org.apache.rocketmq.tools.command.MQAdminStartup",
+                               ["topicRoute", "-n", self.namesrv_addr, "-t", topic], 128),
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self._env(),
+                timeout=120)
+            if proc.returncode == 0 and BROKER_NAME in proc.stdout:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no route for {topic} at the NameServer:\n{proc.stdout}")
+            time.sleep(0.5)
 
     # -- internals -----------------------------------------------------------------------------
     def _extract_logback(self) -> None:

@@ -43,6 +43,8 @@ static PyMethodDef methods[] = {
      "How many timer keys (bytes; due ms in the first 8, big-endian) fall due in each second."},
     {"delivery_copies", delivery_copies, METH_VARARGS,
      "Timer values to prepared CommitLog records (TIMER_OUT_MS, TIMER_DEQUEUE_MS added), or None."},
+    {"delivery_tally", delivery_tally, METH_VARARGS,
+     "A delivered batch's topics, lateness sum and histogram counts, and early count."},
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},
     {NULL, NULL, 0, NULL},
 };

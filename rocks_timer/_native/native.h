@@ -91,4 +91,7 @@ static inline unsigned char *put64(unsigned char *p, uint64_t v) {
     put32(p, (uint32_t)(v >> 32));
     return put32(p + 4, (uint32_t)v);
 }
+/* tally.c */
+PyObject *delivery_tally(PyObject *self, PyObject *args);
+
 #endif

@@ -15,6 +15,8 @@ import os
 import threading
 from pathlib import Path
 
+from rocks_timer.fileio import mkdir_durably, replace_durably
+
 log = logging.getLogger(__name__)
 FILE_NAME = "popOffset.json"
 
@@ -56,14 +58,14 @@ class PopOffsets:
             for (group, topic, queue_id), offset in updates.items():
                 self._table.setdefault(f"{topic}@{group}", {})[str(queue_id)] = offset
             data = json.dumps({"offsetTable": self._table}, sort_keys=True).encode()
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            mkdir_durably(self.path.parent)
+            if self.sync:  # the new table, then its name, are on disk when this returns
+                replace_durably(self.path, data)
+                return
             tmp = self.path.with_name(FILE_NAME + ".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
-                out.flush()
-                if self.sync:
-                    os.fsync(out.fileno())
             os.replace(tmp, self.path)
 
     def table(self) -> dict[str, dict[str, int]]:

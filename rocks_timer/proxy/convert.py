@@ -21,7 +21,7 @@ from rocks_timer.pop import Popped
 from rocks_timer.pop.service import RECONSUME_TIME, RETRY_TOPIC
 from rocks_timer.proxy.protocol import Code, pb
 from rocks_timer.proxy.status import ProxyError
-from rocks_timer.routing import validate_topic
+from rocks_timer.routing import validate_key, validate_topic
 from rocks_timer.errors import InvalidMessageError
 
 _V1_ID = re.compile(r"^01[0-9A-Fa-f]{32}$")
@@ -101,9 +101,11 @@ def from_proto(m: "pb.Message", max_body: int) -> Message:
             raise ProxyError(Code.ILLEGAL_MESSAGE_TAG, f"tag {sp.tag[:80]!r} is blank or has '|'")
         props[TAGS] = sp.tag
     keys = [k for k in sp.keys]
-    if any(not k.strip() or " " in k for k in keys):
-        raise ProxyError(Code.ILLEGAL_MESSAGE_KEY, "message keys must be non-blank and have "
-                         "no spaces")
+    for key in keys:  # the library's rule, which find and recall-by-key apply too
+        try:
+            validate_key(key)
+        except InvalidMessageError as exc:
+            raise ProxyError(Code.ILLEGAL_MESSAGE_KEY, str(exc)) from None
     if keys:
         props[KEYS] = " ".join(keys)
     props[UNIQ_KEY] = internal_id(sp.message_id)

@@ -2,9 +2,10 @@
 
 The server is ``grpc.aio`` on a private event loop (one thread; Telemetry streams and long polls
 are cheap coroutines there), with the blocking broker calls on a small thread pool. It is bounded
-like every other way in (DESIGN §15): concurrent RPCs, request size (twice the maximum body plus
-room for properties; a body over the broker's maximum is answered MESSAGE_BODY_TOO_LARGE), idle
-connections, and every argument's range in the handlers. ``SO_REUSEPORT`` is off, so a second
+like every other way in (DESIGN §15): concurrent RPCs, in all and per client connection
+(``limits.PeerLimits``: one client cannot take every slot), request size (twice the maximum
+body plus room for properties; a body over the broker's maximum is answered
+MESSAGE_BODY_TOO_LARGE), idle connections, and every argument's range in the handlers. ``SO_REUSEPORT`` is off, so a second
 broker asking for a port in use fails instead of silently sharing it.
 """
 from __future__ import annotations
@@ -160,7 +161,14 @@ class GrpcFront:
         figures = self.pop.stats() if self.pop is not None else {}
         if self.service is not None:
             figures["duplicate_sends"] = self.service.recent.duplicates
+            figures["per_connection"] = self.service.limits.stats()
         return figures
+
+    def request_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Requests and failed requests per unary RPC since start (for the metrics endpoint)."""
+        if self.service is None:
+            return {}, {}
+        return dict(self.service.requests), dict(self.service.errors)
 
     def __enter__(self) -> "GrpcFront":
         return self.start()

@@ -10,15 +10,19 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from contextlib import aclosing
 from concurrent.futures import Executor
 from typing import Any, Callable
 
 from rocks_timer.pop import DEFAULT_MAX_ATTEMPTS, PopService
 from rocks_timer.proxy import convert, settings as settings_mod
 from rocks_timer.proxy.dedup import RecentSends
+from rocks_timer.proxy.limits import CALLS, STREAMS, PeerLimits
 from rocks_timer.proxy.protocol import Code, pb, service_pb2_grpc, svc
 from rocks_timer.proxy.status import ProxyError, from_exception, ok, status
 from rocks_timer.timer.handles import Handle
+
+import grpc  # after protocol, which says which extra to install when it is missing
 
 log = logging.getLogger(__name__)
 DEFAULT_INVISIBLE_MS = 60_000       # auto-renewing (push) consumers do not give one
@@ -46,15 +50,28 @@ def _client_id(context) -> str:
     return ""
 
 
-def answers(response: Callable[..., Any], handle_code: int = Code.INVALID_RECEIPT_HANDLE):
-    """Turn any exception of a unary handler into ``response(status=...)``."""
+def answers(response: Callable[..., Any], handle_code: int = Code.INVALID_RECEIPT_HANDLE,
+            limited: bool = True):
+    """Turn any exception of a unary handler into ``response(status=...)``, and answer
+    TOO_MANY_REQUESTS at once to a connection holding its limit of calls (``PeerLimits``;
+    ``limited=False``: a call that must get through to end the others, as a termination)."""
     def wrap(handler):
+        name = handler.__name__
+
         @functools.wraps(handler)
         async def run(self, request, context):
-            try:
-                return await handler(self, request, context)
-            except Exception as exc:  # noqa: BLE001 - every failure is a RocketMQ status
-                return response(status=from_exception(exc, handle_code))
+            # counted on the front's event loop thread: no lock (the metrics read copies)
+            self.requests[name] = self.requests.get(name, 0) + 1
+            with self.limits.hold(context.peer(), CALLS if limited else None) as admitted:
+                if not admitted:  # refused at once: a failed request too
+                    self.errors[name] = self.errors.get(name, 0) + 1
+                    return response(status=status(Code.TOO_MANY_REQUESTS,
+                                                  self.limits.refusal(CALLS)))
+                try:
+                    return await handler(self, request, context)
+                except Exception as exc:  # noqa: BLE001 - every failure is a RocketMQ status
+                    self.errors[name] = self.errors.get(name, 0) + 1
+                    return response(status=from_exception(exc, handle_code))
         return run
     return wrap
 
@@ -63,8 +80,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     """The RPCs of the RocketMQ proxy protocol that rocks-timer serves."""
 
     def __init__(self, broker, pop: PopService, executor: Executor, endpoints: "pb.Endpoints",
-                 queue_count: int = 1, metrics: bool = False):
+                 queue_count: int = 1, metrics: bool = False, limits: PeerLimits | None = None):
         self.broker = broker
+        self.limits = limits or PeerLimits()  # per client connection (DESIGN §15)
         self.pop = pop
         self.executor = executor
         self.endpoints = endpoints
@@ -72,6 +90,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.metrics = metrics  # the broker takes client metrics (see metrics_sink)
         self.host = endpoints.addresses[0].host if endpoints.addresses else ""
         self.recent = RecentSends()
+        self.requests: dict[str, int] = {}  # per unary RPC (``answers``)
+        self.errors: dict[str, int] = {}  # of those, the ones answered with a failure status
         self.max_attempts: dict[str, int] = {}
         self.polls: dict[str, set[_Poll]] = {}  # client id -> its long polls in progress
 
@@ -114,7 +134,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             convert.group_name(request.group)
         return svc.HeartbeatResponse(status=ok())
 
-    @answers(svc.NotifyClientTerminationResponse)
+    @answers(svc.NotifyClientTerminationResponse, limited=False)
     async def NotifyClientTermination(self, request, context):
         """End the client's long polls first (empty), and answer once their streams are
         closed: the client closes its channels right after this answer, and a poll cut off
@@ -133,7 +153,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator, context):
         """Answer each settings command with the server's settings; other commands (thread
-        dumps, verify results) need no answer. The stream stays open until the client ends it."""
+        dumps, verify results) need no answer. The stream stays open until the client ends it;
+        a connection already holding its limit of streams is refused (RESOURCE_EXHAUSTED)."""
+        with self.limits.hold(context.peer(), STREAMS) as admitted:
+            if not admitted:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                    self.limits.refusal(STREAMS))
+            async with aclosing(self._telemetry(request_iterator)) as replies:
+                async for reply in replies:
+                    yield reply
+
+    async def _telemetry(self, request_iterator):
         async for command in request_iterator:
             if not command.HasField("settings"):
                 continue
@@ -188,6 +218,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- consuming -------------------------------------------------------------------------------
     async def ReceiveMessage(self, request, context):
+        with self.limits.hold(context.peer(), CALLS) as admitted:
+            if not admitted:
+                yield svc.ReceiveMessageResponse(status=status(Code.TOO_MANY_REQUESTS,
+                                                               self.limits.refusal(CALLS)))
+                return
+            # closed with this generator, so the poll's own clean-up runs at once
+            async with aclosing(self._receive_stream(request, context)) as responses:
+                async for response in responses:
+                    yield response
+
+    async def _receive_stream(self, request, context):
         poll = _Poll()
         client = _client_id(context)
         self.polls.setdefault(client, set()).add(poll)

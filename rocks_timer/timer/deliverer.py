@@ -21,10 +21,12 @@ from typing import Sequence
 from rocks_timer.clock import Clock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import RocksTimerError
+from rocks_timer.health import DELIVER_PUT, Health
 from rocks_timer.message import TIMER_OUT_MS, UNIQ_KEY, is_system_topic
 from rocks_timer.message_store import MessageStore
 from rocks_timer.timer.delivery import delivery_copy_py
 from rocks_timer.timer.store import DueRecord, TimerKey, TimerStore, join_records
+from rocks_timer.timer.tally import DeliveryTally
 
 log = logging.getLogger(__name__)
 _RECONCILE_CHUNK = 10_000
@@ -44,8 +46,10 @@ class Deliverer:
     """Due records → CommitLog, with bounded in-flight puts and retries that never drop."""
 
     def __init__(self, store: TimerStore, messages: MessageStore, config: BrokerConfig,
-                 clock: Clock):
+                 clock: Clock, health: Health | None = None):
         self.store = store
+        self.health = health or Health(clock, config.failure_log_interval_ms,
+                                       config.service_retry_max_backoff_ms)
         self.messages = messages
         self.config = config
         self.clock = clock
@@ -53,6 +57,7 @@ class Deliverer:
         self.delivered = 0
         self.failed_puts = 0
         self.last_lateness_ms = 0
+        self.tally = DeliveryTally()  # lateness, early and per-topic counts, per batch
         # True for an engine whose ``complete`` durably deletes (RocksDB); the wheel forgets at
         # its checkpoint, which syncs the CommitLog first; the memory store forgets everything
         self._forgets_on_complete = getattr(store, "forgets_on_complete", True)
@@ -130,8 +135,7 @@ class Deliverer:
                 return self.messages.put_messages_async(copies, durable=True)
             return self.messages.put_messages_async(copies)
         except RocksTimerError as exc:
-            log.error("deliver %d records from %s: put refused: %s", len(records),
-                      records[0].handle, exc)
+            self.health.failed(DELIVER_PUT, exc)  # retried by ``_retry``, never dropped
             return None
 
     def _harvest(self, now_ms: int) -> int:
@@ -156,14 +160,16 @@ class Deliverer:
                 finished.add(id(put))
                 end = max(end or 0, results.end_offset)  # written contiguously, in order
                 self.last_lateness_ms = now_ms - put.records[-1].key.due_ms
+                if results:
+                    self.tally.add(put.records, results[-1].store_ms)
             else:
                 self.failed_puts += 1
                 backoff = min(100 * put.attempts, self.config.timer_put_retry_max_backoff_ms)
-                log.warning("deliver %d records failed (attempt %d), retry in %d ms: %s",
-                            len(put.records), put.attempts, backoff, exc)
+                self.health.failed(DELIVER_PUT, exc)  # logged once, then once per interval
                 put.future, put.retry_at_ms = None, now_ms + backoff
                 put.attempts += 1
         if landed:
+            self.health.recovered(DELIVER_PUT)
             if end is not None and self._forgets_on_complete:
                 # DESIGN §5: a store never forgets a message before its delivered copy is on
                 # disk (a no-op in sync mode, where every group was fdatasync'd as written)

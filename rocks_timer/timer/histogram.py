@@ -69,3 +69,16 @@ def due_histogram(store: Any, now_ms: int, first_day_ms: int | None = None,
         "days": [{"day": iso_day(lo), "from_ms": lo, "count": c}
                  for (lo, _), c in zip(ranges[len(BUCKETS):], counts[len(BUCKETS):])],
     }
+
+
+def bound_counts(store: Any, now_ms: int, bounds_s: Sequence[int]) -> dict[int | None, int]:
+    """Pending counts between consecutive due bounds (seconds from ``t0``, now rounded up to the
+    whole second): bound b counts [previous bound, b), the first from the past; None counts
+    from the last bound on. Disjoint, adding up to the pending count."""
+    if list(bounds_s) != sorted(set(bounds_s)) or any(b <= 0 for b in bounds_s):
+        raise ValueError(f"bounds {list(bounds_s)} must be increasing whole seconds > 0")
+    t0 = -(-now_ms // 1000) * 1000
+    edges = [t0 + b * 1000 for b in bounds_s]
+    ranges: list[Range] = list(zip([None, *edges], [*edges, None]))
+    counts = store.count_due(ranges)
+    return dict(zip([*bounds_s, None], counts))

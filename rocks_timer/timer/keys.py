@@ -25,6 +25,7 @@ import struct
 
 from rocks_timer.errors import CorruptRecordError, InvalidMessageError
 from rocks_timer.message import msg_id_bytes
+from rocks_timer.routing import MAX_KEY_BYTES, validate_key
 from rocks_timer.timer.store import TimerKey
 
 DUE = struct.Struct(">Q")
@@ -140,7 +141,7 @@ def key_successor(raw: bytes) -> bytes:
 # of the timer key, so no second read is needed to find it.
 META_KEY_INDEX_PREFIX = b"kix."
 KEY_LEN = struct.Struct(">H")
-MAX_INDEX_KEY_BYTES = (1 << 16) - 1
+MAX_INDEX_KEY_BYTES = MAX_KEY_BYTES
 META_KEY_INDEX = b"format.key_index"  # present once the key index and due counters are built
 # 2: the compact due counters below; a store at 1 (14-byte counter keys, u64 counts) has its
 # counters rebuilt on open (keyindex.ensure_built)
@@ -158,18 +159,12 @@ MAX_DUE_BUCKET = (1 << (8 * DUE_BUCKET_SIZE)) - 1  # 2^48 s: dues are at most 10
 
 def key_index_prefix(topic: str, key: str) -> bytes:
     """The prefix every index entry of (``topic``, ``key``) starts with; InvalidMessageError
-    for a topic a timer key cannot hold or a key that is empty, holds a space, or is too long."""
+    for a topic a timer key cannot hold or a key a send refuses (``routing.validate_key``)."""
     topic_bytes = topic.encode("utf-8")
     if not 1 <= len(topic_bytes) <= MAX_TOPIC_BYTES:
         raise InvalidMessageError(
             f"topic {topic!r} is {len(topic_bytes)} bytes; a timer key holds 1..{MAX_TOPIC_BYTES}")
-    if not key or " " in key:
-        raise InvalidMessageError(f"key {key!r} is empty or holds a space (KEYS separates "
-                                  f"keys by spaces)")
-    key_bytes = key.encode("utf-8")
-    if len(key_bytes) > MAX_INDEX_KEY_BYTES:
-        raise InvalidMessageError(f"key of {len(key_bytes)} bytes exceeds "
-                                  f"{MAX_INDEX_KEY_BYTES}")
+    key_bytes = validate_key(key).encode("utf-8")  # the rule a send's keys passed
     return (META_KEY_INDEX_PREFIX + _LENGTH_BYTES[len(topic_bytes)] + topic_bytes
             + KEY_LEN.pack(len(key_bytes)) + key_bytes)
 

@@ -17,6 +17,7 @@ from rocks_timer.errors import CorruptRecordError, StoreClosedError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb import keyindex
+from rocks_timer.timer.rocksdb.opening import TIMER_CF
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb.profiles import parse_tickers
 from rocks_timer.timer.store import StoreStats
@@ -133,7 +134,7 @@ def compact(store: "RocksTimerStore") -> dict[str, Any]:
             store._check_open()
         before = _cf_int(store, "rocksdb.live-sst-files-size")
         started = time.monotonic()
-        store._timer.flush(True)
+        store.flush_after_values((TIMER_CF,), wait=True)
         store._timer.compact_range(None, None, _force_bottommost())
         return {"before_live_sst_bytes": before,
                 "after_live_sst_bytes": _cf_int(store, "rocksdb.live-sst-files-size"),

@@ -14,11 +14,13 @@ from rocksdict import Options, Rdict
 
 from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import ConfigError, CorruptRecordError, StoreLockedError
+from rocks_timer.fileio import mkdir_durably
 from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
 from rocks_timer.timer.rocksdb.profiles import index_options as profile_index_options
 from rocks_timer.timer.rocksdb.profiles import meta_options
+from rocks_timer.timer.rocksdb.status import storage_io_error
 
 if TYPE_CHECKING:
     from rocks_timer.timer.rocksdb.store import RocksTimerStore
@@ -59,7 +61,7 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
     path = Path(path)
     style = compaction_style(config.rocksdb_profile)  # ConfigError for an unknown profile
     refuse_damaged(path)
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mkdir_durably(path)  # RocksDB fsyncs the directory's entries, not its name
     db_options = build_options(config.rocksdb_profile)
     index_style, meta_style = rocks_meta.compactions(path, config.rocksdb_layout,
                                                      config.vlog_index_compaction, META_CF)
@@ -74,6 +76,9 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
             raise StoreLockedError(
                 f"timer store {path} is in use by another process or another open store "
                 f"in this process (RocksDB: {text})") from None
+        io_error = storage_io_error(text, f"cannot open timer store {path}")
+        if io_error is not None:  # before the damage test: a full disk names MANIFEST too
+            raise io_error from None
         if "Corruption" in text or "MANIFEST" in text:
             raise CorruptRecordError(f"timer store {path} is damaged (RocksDB: {text}); "
                                      f"{REPAIR_HINT}", where=str(path)) from None

@@ -26,6 +26,11 @@ from rocks_timer.errors import ConfigError
 
 MiB = 1 << 20
 NUM_LEVELS = 7
+# RocksDB's info LOG: every open starts a new file and by default keeps 1,000 old ones of any
+# size (a CLI command is an open: a busy data dir gathered thousands). A few recent ones are
+# what a post-mortem reads: at most INFO_LOG_FILES files of INFO_LOG_FILE_BYTES each
+INFO_LOG_FILES = 5
+INFO_LOG_FILE_BYTES = 4 * MiB
 
 
 def _base() -> Options:
@@ -33,6 +38,8 @@ def _base() -> Options:
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
     opts.enable_statistics()
+    opts.set_keep_log_file_num(INFO_LOG_FILES)
+    opts.set_max_log_file_size(INFO_LOG_FILE_BYTES)
     # cancel and the duplicate check of schedule are point lookups of mostly absent keys
     table = BlockBasedOptions()
     table.set_bloom_filter(10, False)

@@ -33,6 +33,7 @@ from rocksdict import ReadOptions, WriteBatch
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb.maint import in_background, running
+from rocks_timer.timer.rocksdb.opening import META_CF
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb.segments import iter_records
 from rocks_timer.timer.rocksdb.liveness import ARRIVAL, Changes, Segment, day_of, durable_rows
@@ -66,10 +67,10 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
             dirty = vlog.take_dirty()
         vlog.seal(now_ms)
         appended = vlog.counters[K.META_VLOG_COUNTERS[0]]
-        flush_meta = appended - store._meta_flushed_at >= META_FLUSH_EVERY
+        flush_meta = appended - store._meta_flushed_at >= META_FLUSH_EVERY \
+            and not running(store._meta_flusher)
         if flush_meta:
             store._meta_flushed_at = appended
-            store._meta.flush(False)
         if config.vlog_prefetch_ms:
             hints = _due_soon(store, now_ms, now_ms + config.vlog_prefetch_ms)
         empty = vlog.releasable()
@@ -77,9 +78,16 @@ def maintain_vlog(store: "RocksTimerStore", now_ms: int) -> None:
         store._syncer.request(dirty)
     if hints:
         vlog.will_need(hints)
+    if flush_meta:  # after the value bytes its liveness rows count (a background sync first)
+        in_background(store, "_meta_flusher", "vlog-meta-flush", "flushing meta",
+                      _flush_meta)
     if empty:
         _maybe_start_release(store)
     _maybe_start_relocation(store, now_ms)
+
+
+def _flush_meta(store: "RocksTimerStore") -> None:
+    store.flush_after_values((META_CF,), wait=False)
 
 
 def _due_soon(store: "RocksTimerStore", now_ms: int, horizon_ms: int) -> list[I.Pointer]:
@@ -127,14 +135,16 @@ def release_empty(store: "RocksTimerStore") -> int:
         return 0
     rows = None
     try:
-        store._db.flush_wal(True)  # every batch that emptied them is durable before a file goes
+        # every batch that emptied them is durable before a file goes; values first, so the
+        # WAL sync never makes an index entry durable ahead of the bytes it points at
+        store.sync_values_then_wal()
         rows = durable_rows(store._meta, segs)
     finally:
         with store._lock:
             for seg in segs:
                 seg.busy -= 1
             gone = vlog.detach(segs, rows) if rows is not None and not store._closed else []
-    vlog.unlink(gone)
+    vlog.unlink(gone)  # and their names are gone for good before the rows are
     if not gone:
         return 0
     with store._lock:

@@ -61,7 +61,7 @@ def rescheduled_copy(message: "Message", due_ms: int) -> "Message":
 def reschedule(store: "RocksTimerStore", targets: Sequence[tuple[str, bytes]], due_ms: int,
                now_ms: int) -> list[Rescheduled]:
     """``targets``: (handle asked about, raw timer key). Lock taken here; one batch."""
-    with store._lock:
+    with store._append_fence, store._lock:  # it may append value bytes (store.py)
         store._check_open()
         return _reschedule_locked(store, targets, due_ms, now_ms)
 
@@ -69,7 +69,7 @@ def reschedule(store: "RocksTimerStore", targets: Sequence[tuple[str, bytes]], d
 def reschedule_by_key(store: "RocksTimerStore", topic: str, key: str, due_ms: int,
                       now_ms: int) -> list[Rescheduled]:
     K.key_index_prefix(topic, key)
-    with store._lock:
+    with store._append_fence, store._lock:
         store._check_open()
         targets = [(_handle(raw), raw) for raw, _ in keyindex.keyed_targets(store, topic, key)]
         return _reschedule_locked(store, targets, due_ms, now_ms)

@@ -78,3 +78,24 @@ def collect_pending(it, topic: str | None, limit: int, examine_budget: int
         it.next()
     check_iterator(it, "timer store scan")  # a corrupt block is an error, never a short page
     return entries, None, corrupt
+
+
+def count_topics_page(it, counts: dict[bytes, int], budget: int) -> bytes | None:
+    """Count the keys of a positioned iterator per raw topic, at most ``budget`` of them, reading
+    keys only (no value is decoded). Returns the last key counted when the budget ran out
+    (resume after it), None at the end."""
+    key_of, step = it.key, it.next
+    last = None
+    for _ in range(budget):
+        raw = key_of()  # None once the iterator is no longer valid
+        if raw is None:
+            check_iterator(it, "timer store topic count")
+            return None
+        topic = raw[K.DUE_SIZE + 1:K.DUE_SIZE + 1 + raw[K.DUE_SIZE]]
+        counts[topic] = counts.get(topic, 0) + 1
+        last = raw
+        step()
+    if key_of() is None:
+        check_iterator(it, "timer store topic count")
+        return None
+    return last

@@ -26,7 +26,7 @@ import zlib
 from pathlib import Path
 
 from rocks_timer.errors import CorruptRecordError
-from rocks_timer.fileio import pwrite_all
+from rocks_timer.fileio import create_durably, pwrite_all
 
 try:
     from rocks_timer._native import codec as native
@@ -121,7 +121,8 @@ class SegmentFile:
     def __init__(self, directory: Path, segment_id: int) -> None:
         self.id = segment_id
         self.path = directory / segment_name(segment_id)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        # a new segment's name is durable before anything is appended (and acknowledged)
+        self.fd = create_durably(self.path, os.O_RDWR, FILE_MODE)
         self._fd_lock = threading.Lock()  # the background sync vs a release's close
         self.size = os.fstat(self.fd).st_size
 

@@ -49,8 +49,8 @@ from rocks_timer.timer.handles import decode_handle
 from rocks_timer.timer.rocksdb import opening
 from rocks_timer.timer.rocksdb.opening import CORRUPT_CF, META_CF, TIMER_CF
 from rocks_timer.timer.rocksdb.syncer import BackgroundSync, sync_segments
-from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, resume_handle,
-                                            scan_start)
+from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, count_topics_page,
+                                            resume_handle, scan_start)
 from rocks_timer.timer.rocksdb.duecount import DueCounters
 from rocks_timer.timer.rocksdb.keyindex import IndexChanges
 from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats, TimerKey,
@@ -97,6 +97,10 @@ class RocksTimerStore(KeyedRocksOps):
         self._lock = threading.Lock()
         self._maint_lock = threading.Lock()  # compaction runs outside _lock; close waits for it
         self._sync_lock = threading.Lock()  # so does the WAL sync of ``sync``: sends go on
+        # held by every write that appends value bytes (taken before ``_lock``) and by the WAL
+        # sync of ``sync_values_then_wal``: no index entry reaches a synced WAL before the bytes
+        # it points at are synced (DESIGN §6b crash order), while claims and completions go on
+        self._append_fence = threading.Lock()
         self._closed = False
         # claimed key -> its index value in vlog (a pointer's bytes are released when it
         # completes; an inline value is skipped), None in the inline layout
@@ -109,6 +113,7 @@ class RocksTimerStore(KeyedRocksOps):
             self.vlog = ValueLog(path / "vlog", config, self._meta, self._meta_h)
         self._relocator: threading.Thread | None = None
         self._releaser: threading.Thread | None = None
+        self._meta_flusher: threading.Thread | None = None
         self._last_sync_ms = 0
         self._syncer = BackgroundSync(f"vlog-sync {path.name}") if self.layout == "vlog" else None
         self._prefetched_to = b""
@@ -134,7 +139,7 @@ class RocksTimerStore(KeyedRocksOps):
     def close(self) -> None:
         """Flush and release the DB (idempotent). Handles are dropped first: a live column
         family handle or iterator would keep the RocksDB LOCK held after close."""
-        for thread in (self._relocator, self._releaser):
+        for thread in (self._relocator, self._releaser, self._meta_flusher):
             if thread is not None:
                 thread.join()
         if self._syncer is not None:
@@ -197,7 +202,7 @@ class RocksTimerStore(KeyedRocksOps):
             records = list(records)
         if not records:
             return []
-        with self._lock:
+        with self._append_fence, self._lock:
             self._check_open()
             raw_keys, values, key_dues, handles = encode_schedule(
                 records, self._low_watermark_ms(), self.config.timer_compress_threshold)
@@ -298,6 +303,37 @@ class RocksTimerStore(KeyedRocksOps):
             self._scan_corrupt_skipped += corrupt
         return ScanPage(entries, resume_handle(resume))
 
+    def count_by_topic(self, max_keys: int, page: int = 2_000) -> tuple[dict[str, int], bool]:
+        """Pending keys per topic, walking keys only (no value read into Python), ``page`` keys
+        per hold of the store's lock so sends and deliveries interleave; at most ``max_keys``
+        (False, and the counts so far, past that). Exact when nothing changes meanwhile."""
+        counts: dict[bytes, int] = {}
+        start: bytes | None = None
+        walked, complete = 0, True
+        while True:
+            budget = min(page, max_keys - walked)
+            if budget <= 0:
+                complete = False
+                break
+            with self._lock:
+                self._check_open()
+                begin = self._cursor() if start is None else max(start, self._cursor())
+                it = self._timer.iter(ReadOptions())
+                try:
+                    it.seek(begin)
+                    last = count_topics_page(it, counts, budget)
+                finally:
+                    del it
+            walked += budget
+            if last is None:
+                break
+            start = K.key_successor(last)
+        named = {}
+        for raw, n in counts.items():
+            name = raw.decode("utf-8", "replace")
+            named[name] = named.get(name, 0) + n
+        return dict(sorted(named.items())), complete
+
     def reconcile_from(self) -> int | None:
         """The CommitLog offset reconciled so far; None until the first complete/reconcile
         recorded one (the deliverer then skips reconciliation)."""
@@ -352,7 +388,7 @@ class RocksTimerStore(KeyedRocksOps):
         """Wait for a background reclaim started by ``maintain`` (tests, benchmarks)."""
         if self._reclaimer is not None:
             self._reclaimer.join(timeout_s)
-        for thread in (self._relocator, self._releaser):
+        for thread in (self._relocator, self._releaser, self._meta_flusher):
             if thread is not None:
                 thread.join(timeout_s)
 
@@ -380,24 +416,51 @@ class RocksTimerStore(KeyedRocksOps):
                 self.vlog.drop_caches()
 
     def sync(self) -> None:
-        """Make every write so far survive power loss (async mode's periodic flush): the value
-        segments appended to, then the RocksDB WAL, so a synced index entry points at synced
-        bytes."""
+        """Make every write so far survive power loss (async mode's periodic flush)."""
+        self.sync_values_then_wal()
+
+    def sync_values_then_wal(self) -> None:
+        """The value segments appended to, then the RocksDB WAL: every index entry the WAL
+        sync makes durable points at bytes already durable (DESIGN §6b crash order; the release
+        of empty segments syncs through here too). The bulk of the bytes is synced while sends
+        go on; then sends wait (``_append_fence``) while what they appended meanwhile and the
+        WAL are synced, so no entry written after the first round reaches the synced WAL ahead
+        of its bytes. Claims and completions go on throughout: they append no value bytes."""
+        self._sync_dirty()  # outside the locks: sends go on meanwhile
+        with self._sync_lock:  # RocksDB orders the WAL's sync with writes; close waits for it
+            if self._closed:
+                return
+            with self._append_fence:
+                self._sync_dirty()
+                self._db.flush_wal(True)
+
+    def _sync_dirty(self) -> None:
+        """fdatasync the segments appended to so far, and those the background sync holds."""
         with self._lock:
             self._check_open()
             dirty = self.vlog.take_dirty() if self.vlog is not None else []
         if self._syncer is not None:  # and what the background sync has not done yet
             dirty += self._syncer.take()
-        sync_segments(dirty)  # outside the lock: sends go on meanwhile
-        with self._sync_lock:  # and during the WAL's sync too (RocksDB orders it with writes)
-            if not self._closed:
-                self._db.flush_wal(True)
+        sync_segments(dirty)
 
     def flush(self) -> None:
-        with self._lock:
-            self._check_open()
-            for family in (self._timer, self._meta, self._corrupt):
-                family.flush(True)
+        """Flush every column family's memtable to an SST (after the value bytes, below)."""
+        self.flush_after_values((TIMER_CF, META_CF, CORRUPT_CF), wait=True)
+
+    def flush_after_values(self, families: Sequence[str], wait: bool) -> None:
+        """Flush the memtables of ``families`` once the value bytes their entries point at are
+        durable: a flushed memtable is durable like a synced WAL, so it keeps the same order
+        (``sync_values_then_wal``; the liveness rows' ``end`` in ``meta`` included)."""
+        self._sync_dirty()
+        with self._sync_lock:
+            if self._closed:
+                return
+            with self._append_fence:
+                self._sync_dirty()
+                with self._lock:
+                    self._check_open()
+                    for name in families:
+                        self._db.get_column_family(name).flush(wait)
 
     def wait_for_compactions(self, quiet_ms: int = 500, timeout_ms: int = 120_000) -> bool:
         return rocks_maint.wait_for_compactions(self, quiet_ms, timeout_ms)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rocks_timer.errors import CorruptRecordError
+from rocks_timer.fileio import fsync_dir, mkdir_durably
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb.liveness import (ARRIVAL, LONG, SEGMENT, Changes, Segment,
@@ -80,7 +81,7 @@ class ValueLog:
 
     # -- open -------------------------------------------------------------------------------
     def _load(self, meta: Any) -> None:
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        mkdir_durably(self.dir)
         raw = meta.get(META_NEXT_ID)
         self.next_id = U64.unpack(raw)[0] if raw is not None else 1
         if raw is not None:
@@ -341,9 +342,10 @@ class ValueLog:
                 gone.append(seg)
         return gone
 
-    @staticmethod
-    def unlink(segs: list[Segment]) -> None:
-        """Close and delete the files of detached segments."""
+    def unlink(self, segs: list[Segment]) -> None:
+        """Close and delete the files of detached segments; the directory is fsynced after, so
+        an unlink a power cut would undo never outlives the row forgotten next (a file back
+        without its row would hold records no index knows, DESIGN §6c)."""
         for seg in segs:
             if seg.file is not None:
                 seg.file.close()
@@ -351,6 +353,8 @@ class ValueLog:
                     seg.file.path.unlink()
                 except FileNotFoundError:
                     pass
+        if segs:
+            fsync_dir(self.dir)
 
     def forget(self, segs: list[Segment], batch: Any) -> int:
         """The rows of detached, unlinked segments go into ``batch``; returns bytes freed."""

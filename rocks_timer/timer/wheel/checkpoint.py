@@ -11,23 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from rocks_timer.errors import ConfigError, CorruptRecordError
-from rocks_timer.fileio import fsync_dir
-from rocks_timer.private import FILE_MODE
+from rocks_timer.fileio import mkdir_durably, replace_durably
 from rocks_timer.timer.wheel.layouts import Checkpoint
 
 
 def write_atomically(path: Path, data: bytes) -> int:
     """Replace ``path`` with ``data`` (temp file, fsync, rename, fsync dir); returns len(data)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    mkdir_durably(path.parent)
+    replace_durably(path, data)
     return len(data)
 
 
@@ -63,16 +54,23 @@ class TimerMetricsFile:
         self.path = Path(path)
         self.bytes_written = 0
 
-    def load(self) -> dict[str, int]:
+    def load(self, version: int | None = None) -> dict[str, int]:
+        """The counts saved with checkpoint ``version`` (the file or its ``.bak``); without a
+        match (an older data dir, or None), the newest readable ones."""
+        found = []
         for candidate in (self.path, self.path.with_name(self.path.name + ".bak")):
             if not candidate.exists():
                 continue
             try:
                 data = json.loads(candidate.read_text(encoding="utf-8"))
-                return {topic: int(v["count"]) for topic, v in data["timingCount"].items()}
-            except (ValueError, KeyError, TypeError):
+                counts = {topic: int(v["count"]) for topic, v in data["timingCount"].items()}
+                found.append((data.get("dataVersion", {}).get("counter"), counts))
+            except (ValueError, KeyError, TypeError, AttributeError):
                 continue
-        return {}
+        for saved, counts in found:
+            if version is not None and saved == version:
+                return counts
+        return found[0][1] if found else {}
 
     def save(self, counts: dict[str, int], now_ms: int, version: int) -> None:
         body = {"dataVersion": {"counter": version, "timestamp": now_ms},

@@ -174,8 +174,12 @@ class DequeueService:
             log.error("wheel slot %d: message at %d unreadable: %s", cursor.time_ms, offset, exc)
             return None
         real_topic = msg.properties.get(REAL_TOPIC)
-        if cursor.delete_keys and f"{real_topic}+{msg.msg_id}" in cursor.delete_keys:
-            st.counters["deleted"] += 1  # the marker's -1 already took it off the metrics
+        if (cursor.delete_keys or st.replay_deleted) and (
+                f"{real_topic}+{msg.msg_id}" in cursor.delete_keys
+                or f"{real_topic}+{msg.msg_id}" in st.replay_deleted):
+            # the marker's -1 already took it off the metrics (after a TimerLog loss: the
+            # marker may have been replayed already due, where it reaches no slot)
+            st.counters["deleted"] += 1
             return None
         magic = cursor.magics[i]
         roll = bool(magic & MAGIC_ROLL)

@@ -22,6 +22,7 @@ from typing import Iterable, Sequence
 
 from rocks_timer.clock import Clock, SystemClock
 from rocks_timer.config import BrokerConfig
+from rocks_timer.fileio import mkdir_durably
 from rocks_timer.errors import (StoreClosedError, TimerFlowControlError,
                                 UnsupportedOperationError)
 from rocks_timer.message import (REAL_QID, REAL_TOPIC, TIMER_DEL_UNIQKEY, TIMER_DELIVER_MS,
@@ -78,7 +79,7 @@ class WheelTimerStore:
         self.slots_total = slots_total_for(p)
         self.roll_window_slots = effective_roll_window(config.timer_roll_window_slots, p,
                                                        self.slots_total)
-        self.root.mkdir(parents=True, exist_ok=True)
+        mkdir_durably(self.root)
         check_format(self.root / "config" / "format.json",
                      {"precision_ms": p, "slots_total": self.slots_total,
                       "timerlog_segment_size": timerlog_segment_size})
@@ -90,14 +91,16 @@ class WheelTimerStore:
         self._checkpoint = TimerCheckpointFile(self.root / "config" / "timercheck")
         self._metrics = TimerMetricsFile(self.root / "config" / "timermetrics")
         self.state = WheelState(p, self.slots_total, self.roll_window_slots)
-        self.state.timing = self._metrics.load()
+        checkpoint = self._checkpoint.load()
+        # the counts saved with this checkpoint (a power cut between the two files' writes
+        # leaves the previous pair's counts in the metrics file's .bak)
+        self.state.timing = self._metrics.load(checkpoint.counter)
         self._put_bytes = 0
         self._roll_bytes = 0
-        self._version = 0
+        self._version = checkpoint.counter  # pairs metrics and checkpoint across restarts
         now = self.clock.now_ms()
         self.recovery = recover(self.state, self.wheel, self.timerlog, message_store,
-                                self._checkpoint.load(), self._checkpoint.existed, now,
-                                TIMER_BLANK_SLOTS)
+                                checkpoint, self._checkpoint.existed, now, TIMER_BLANK_SLOTS)
         self._enqueue = EnqueueService(self.state, self.wheel, self.timerlog, message_store)
         self._dequeue = DequeueService(self.state, self.wheel, self.timerlog, message_store)
         self._last_flush_ms = now
@@ -208,10 +211,10 @@ class WheelTimerStore:
                     st.counters["rolls"] += 1
                     self._roll_bytes += roll_bytes
                     # a rolled marker re-enters with -1 again; keep its net effect at -1
-                    st.add_timing(topic, 1 if magic & MAGIC_DELETE else -1)
+                    st.add_completed(t_ms, topic, 1 if magic & MAGIC_DELETE else -1)
                 else:
                     st.counters["delivered"] += 1
-                    st.add_timing(topic, -1)
+                    st.add_completed(t_ms, topic, -1)
             st.advance_read_time()
 
     def reconcile_from(self) -> int | None:
@@ -249,10 +252,12 @@ class WheelTimerStore:
         flush_pos = self.timerlog.flush()
         self.wheel.flush()
         self._version += 1
+        # the counts first, as a restart from this checkpoint's read time will count them
+        # (``timing_at_read_time``), tagged with the checkpoint's version; then the checkpoint
+        self._metrics.save(st.timing_at_read_time(), now_ms, self._version)
         self._checkpoint.save(Checkpoint(st.read_time_ms, flush_pos,
                                          st.conservative_queue_offset(), st.queue_offset,
                                          self._version, now_ms, self._version))
-        self._metrics.save({t: c for t, c in st.timing.items() if c}, now_ms, self._version)
         self._last_flush_ms = now_ms
 
     # -- listing and figures ---------------------------------------------------------------------------

@@ -69,6 +69,8 @@ class EnqueueService:
                 st.replay_skip.clear()
             elif entry.commitlog_offset in st.replay_skip:
                 st.counters["replay_skipped"] += 1  # its unit survived the crash
+                if entry.queue_offset >= st.counted_below:
+                    self._count_surviving(entry)
                 return
         try:
             msg = self.message_store.get_message(entry.commitlog_offset, entry.size)
@@ -89,6 +91,10 @@ class EnqueueService:
             return
         is_marker = TIMER_DEL_UNIQKEY in msg.properties
         real_topic = msg.properties.get(REAL_TOPIC)
+        if st.replay_deleted and not is_marker and entry.queue_offset < st.replay_end \
+                and f"{real_topic}+{msg.msg_id}" in st.replay_deleted:
+            st.counters["replay_cancelled"] += 1  # cancelled before the loss
+            return
         w = st.write_time_ms
         if out_ms < w:  # already due: straight to delivery, no wheel entry, no metric change
             if is_marker:
@@ -117,10 +123,31 @@ class EnqueueService:
         pos = self.timerlog.append(unit.pack())
         first = pos if slot.time_ms < 0 else slot.first_pos
         self.wheel.put_slot(slot_ms, first, pos, slot.num + (-1 if is_marker else 1), slot.magic)
-        st.add_timing(real_topic, -1 if is_marker else 1)
+        if not (is_marker and self._recounting(entry)):
+            st.add_timing(real_topic, -1 if is_marker else 1)
         st.counters["enqueued"] += 1
         if is_marker:
             self._watch(entry.commitlog_offset, True)
+
+    def _count_surviving(self, entry) -> None:
+        """A unit written after the checkpoint survived (its TimerLog bytes were synced, the
+        checkpoint was not): the counts loaded with the checkpoint do not include it."""
+        try:
+            msg = self.message_store.get_message(entry.commitlog_offset, entry.size)
+        except (KeyError, CorruptRecordError):
+            return  # its dequeue reports it
+        marker = TIMER_DEL_UNIQKEY in msg.properties
+        topic = msg.properties.get(REAL_TOPIC)
+        if self._recounting(entry) and (marker or f"{topic}+{msg.msg_id}"
+                                        in self.state.replay_deleted):
+            return  # recounted after a loss: a cancelled target and its marker count nothing
+        self.state.add_timing(topic, -1 if marker else 1)
+
+    def _recounting(self, entry) -> bool:
+        """After a TimerLog loss the counts are rebuilt from the replay (they start at zero):
+        a cancelled target is dropped, so its marker must not count either."""
+        st = self.state
+        return bool(st.replay_deleted) and entry.queue_offset < st.replay_end
 
     def _watch(self, commitlog_offset: int, landed: bool) -> None:
         if commitlog_offset in self.state.marker_watch:

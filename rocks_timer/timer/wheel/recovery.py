@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 
 from rocks_timer.errors import CorruptRecordError
-from rocks_timer.message import WHEEL_TIMER_TOPIC
-from rocks_timer.timer.wheel.layouts import Checkpoint
+from rocks_timer.message import TIMER_DEL_UNIQKEY, WHEEL_TIMER_TOPIC
+from rocks_timer.timer.wheel.layouts import LONG_MAX, Checkpoint
 from rocks_timer.timer.wheel.state import WheelState
 from rocks_timer.timer.wheel.timerlog import TimerLog
 from rocks_timer.timer.wheel.timerwheel import IGNORE, TimerWheel
@@ -47,9 +47,15 @@ def recover(state: WheelState, wheel: TimerWheel, timerlog: TimerLog, message_st
     end = timerlog.scan_end
     truncated = timerlog.truncate(end)
     cleared = 0
-    if truncated:
-        log.warning("wheel recovery: truncated %d torn bytes of the timerlog at %d", truncated, end)
-        min_first = wheel.check_phy_pos(read_time, end - 1)
+    # slots pointing at or past the end: their units were torn off here, or, after a power
+    # cut, the wheel's pages (written back on the kernel's schedule) outlived TimerLog bytes
+    # that were never synced; left alone, new units would chain onto positions reused by others
+    # (RocketMQ's recover runs checkPhyPos every time too)
+    min_first = wheel.check_phy_pos(read_time, end - 1)
+    if truncated or min_first != LONG_MAX:
+        if truncated:
+            log.warning("wheel recovery: truncated %d torn bytes of the timerlog at %d",
+                        truncated, end)
         if min_first < end:
             for pos, unit in timerlog.scan_units(min_first):
                 if unit.slot_ms >= read_time:
@@ -79,6 +85,7 @@ def recover(state: WheelState, wheel: TimerWheel, timerlog: TimerLog, message_st
     state.read_time_ms = state.claim_time_ms = state.write_time_ms = read_time
     state.queue_offset = queue_offset
     state.replay_end = max(last_unit_offset or 0, checkpoint.master_queue_offset)
+    state.counted_below = checkpoint.master_queue_offset if existed else 0
     state.replay_skip = skip if queue_offset < state.replay_end else set()
     lost = _lost_units(timerlog, checkpoint, existed, end)
     if existed and wheel.created and checkpoint.flush_pos > 0:
@@ -94,12 +101,38 @@ def recover(state: WheelState, wheel: TimerWheel, timerlog: TimerLog, message_st
         state.queue_offset = queue_offset = cq.min_offset
         state.replay_end = cq.max_offset
         state.rewind_floor_ms = checkpoint.read_time_ms if existed else -1
+        state.replay_deleted = _delete_keys(message_store, cq)
+        # the counts loaded with the checkpoint cover units that are gone: count again, from
+        # zero, everything the replay parks or finds surviving (``EnqueueService._recounting``)
+        state.timing = {}
+        state.counted_below = cq.min_offset
     return {"pos0": pos0, "scanned_units": scanned, "revised_slots": revised,
             "truncated_bytes": truncated, "cleared_slots": cleared,
             "corrupt_units": timerlog.corrupt_units, "lost": lost,
             "queue_offset": queue_offset, "read_time_ms": read_time,
             "last_unit_queue_offset": last_unit_offset if last_unit_offset is not None else -1,
             "checkpoint_existed": existed}
+
+
+def _delete_keys(message_store, cq) -> set[str]:
+    """The delete keys of the cancel markers in the timer topic (a scan of the whole queue, on
+    the loss path only): replayed targets are matched against them at enqueue."""
+    keys: set[str] = set()
+    offset = cq.min_offset
+    while offset < cq.max_offset:
+        entries = cq.entries(offset, 1024)
+        if not entries:
+            break
+        for entry in entries:
+            try:
+                msg = message_store.get_message(entry.commitlog_offset, entry.size)
+            except (KeyError, CorruptRecordError):
+                continue
+            key = msg.properties.get(TIMER_DEL_UNIQKEY)
+            if key:
+                keys.add(key)
+        offset = entries[-1].queue_offset + 1
+    return keys
 
 
 def _lost_units(timerlog: TimerLog, checkpoint: Checkpoint, existed: bool, end: int

@@ -80,13 +80,23 @@ class WheelState:
     expired_outstanding: set[int] = field(default_factory=set)
     replay_skip: set[int] = field(default_factory=set)  # commitlog offsets already in the log
     replay_end: int = 0
+    # queue entries below this were counted in ``timing`` as loaded (the checkpoint's master
+    # queue offset): a replayed entry at or above it whose unit survived is counted on replay
+    counted_below: int = 0
+    # after a TimerLog loss, the delete keys of every cancel marker in the replayed range: a
+    # target replayed already due goes straight to delivery, where its marker cannot reach it
+    replay_deleted: set[str] = field(default_factory=set)
     rewind_floor_ms: int = -1  # after a TimerLog loss: entries due before this were delivered
     timing: dict[str, int] = field(default_factory=dict)
+    # timing changes made by completions in slots at or after read_time: a replay from the
+    # checkpoint (which stores read_time) delivers those slots again and makes them again, so
+    # the counts saved beside the checkpoint leave them out (``timing_at_read_time``)
+    slot_deltas: dict[int, dict[str, int]] = field(default_factory=dict)
     marker_watch: dict[int, bool | None] = field(default_factory=dict)
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("enqueued", "markers", "roll_parks", "rolls", "expired", "expired_markers", "deleted",
          "unreadable", "bad_timer_out", "replay_skipped", "cq_skipped", "broken_links",
-         "delivered", "rewind_skipped"), 0))
+         "delivered", "rewind_skipped", "replay_cancelled"), 0))
 
     def floor(self, t_ms: int) -> int:
         return t_ms - t_ms % self.precision_ms
@@ -94,6 +104,22 @@ class WheelState:
     def add_timing(self, topic: str | None, delta: int) -> None:
         if topic:
             self.timing[topic] = self.timing.get(topic, 0) + delta
+
+    def add_completed(self, slot_ms: int, topic: str | None, delta: int) -> None:
+        """A completion in slot ``slot_ms`` changes the count of ``topic`` by ``delta``."""
+        if topic:
+            self.add_timing(topic, delta)
+            deltas = self.slot_deltas.setdefault(slot_ms, {})
+            deltas[topic] = deltas.get(topic, 0) + delta
+
+    def timing_at_read_time(self) -> dict[str, int]:
+        """The per-topic counts as a restart from ``read_time_ms`` sees them: without what
+        completions in the slots it will read again did."""
+        out = dict(self.timing)
+        for deltas in self.slot_deltas.values():
+            for topic, delta in deltas.items():
+                out[topic] = out.get(topic, 0) - delta
+        return {t: c for t, c in out.items() if c}
 
     def conservative_queue_offset(self) -> int:
         """Queue offset safe to restart from: no expired message still in memory below it."""
@@ -110,3 +136,5 @@ class WheelState:
                 break
         front = next(iter(self.progress)) if self.progress else self.claim_time_ms
         self.read_time_ms = max(self.read_time_ms, min(front, self.claim_time_ms))
+        for t_ms in [t for t in self.slot_deltas if t < self.read_time_ms]:
+            del self.slot_deltas[t_ms]  # never read again: its completions are for good

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from rocks_timer.errors import ConfigError, CorruptRecordError, StoreClosedError
+from rocks_timer.fileio import create_durably, fsync_dir, mkdir_durably
 from rocks_timer.private import FILE_MODE
 from rocks_timer.timer.wheel.layouts import (BLANK, BLANK_MAGIC, MIN_BLANK_LEN, UNIT, UNIT_SIZE,
                                              Unit, is_magic_ok)
@@ -53,7 +54,7 @@ class TimerLog:
             raise ConfigError(f"timerlog segment size {segment_size} is below "
                               f"{UNIT_SIZE + MIN_BLANK_LEN} bytes")
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        mkdir_durably(self.directory)
         self.segment_size = segment_size
         self._segments: list[_Segment] = []
         self._starts: list[int] = []
@@ -83,7 +84,8 @@ class TimerLog:
     # -- bookkeeping --------------------------------------------------------------------------
     def _add_segment(self, start: int, written: int = 0) -> _Segment:
         path = self.directory / f"{start:020d}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        # durable by name before a unit in it is fsynced (and the checkpoint points past it)
+        fd = create_durably(path, os.O_RDWR, FILE_MODE)
         segment = _Segment(start, path, fd, written)
         self._segments.append(segment)
         self._starts.append(start)
@@ -271,6 +273,8 @@ class TimerLog:
                     os.ftruncate(last.fd, keep)
                     last.written = keep
             self.flushed_where = min(self.flushed_where, self.max_offset)
+        if removed:  # cut for good: a power cut never brings a torn segment back
+            fsync_dir(self.directory)
         return removed
 
     def last_unit_offset(self) -> int:
@@ -297,6 +301,8 @@ class TimerLog:
                 self._segments.pop(0)
                 self._starts.pop(0)
                 removed += 1
+        if removed:
+            fsync_dir(self.directory)
         return removed
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from rocks_timer.errors import ConfigError, StoreClosedError
+from rocks_timer.fileio import create_durably, mkdir_durably
 from rocks_timer.private import FILE_MODE
 from rocks_timer.timer.wheel.layouts import BLANK_SLOT, LONG_MAX, SLOT, SLOT_SIZE, Slot
 
@@ -31,7 +32,7 @@ class TimerWheel:
         self.precision_ms = precision_ms
         self.wheel_slots = 2 * slots_total
         self.file_size = self.wheel_slots * SLOT_SIZE
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        mkdir_durably(self.path.parent)
         exists = self.path.exists() and self.path.stat().st_size > 0
         self.created = not exists  # recovery: a wheel lost under a TimerLog re-enqueues
         if exists and self.path.stat().st_size != self.file_size:
@@ -39,7 +40,7 @@ class TimerWheel:
                 f"timer wheel {self.path} is {self.path.stat().st_size} bytes; this configuration "
                 f"(precision {precision_ms} ms, {slots_total} slots) needs {self.file_size} bytes"
             )
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+        self._fd = create_durably(self.path, os.O_RDWR, FILE_MODE)
         if not exists:
             os.ftruncate(self._fd, self.file_size)  # sparse: holes read as zero
         self._mm = mmap.mmap(self._fd, self.file_size, access=mmap.ACCESS_WRITE)

@@ -1,0 +1,193 @@
+"""What metrics cost the hot paths (issue 28): sends and deliveries with metrics off and on, in
+one run, rounds interleaved so a noisy neighbour hits both sides alike.
+
+- off: the broker with its metric counters replaced by ones that count nothing (the delivery
+  tally, the send delays) and no HTTP server: what the paths cost without any metrics work;
+- counters: the broker as shipped, no server (the counters are always kept);
+- on: as shipped, with the metrics server of ``rtimer run --metrics-listen --dashboard`` running
+  and a scraper fetching ``/metrics`` and ``/api/dashboard`` every ``scrape_s`` seconds
+  (Prometheus scrapes every 15 s by default; 1 s is harsher).
+
+Each round sends ``n / 5`` messages one ``Broker.send`` at a time, ``n`` through
+``send_batch(100)``, then drains all of them through the broker's own delivery loop (manual
+clock jumped past every due time). Run through ``python -m bench.rocks --metrics-only``.
+"""
+from __future__ import annotations
+
+import random
+import threading
+import time
+import urllib.request
+
+from bench.common import median, scratch_dir, settled_gc
+from rocks_timer import Broker, BrokerConfig, ManualClock, Message
+
+T0 = 1_767_225_600_000
+VARIANTS = ("off", "counters", "on")
+
+
+class _NoDeliveryTally:
+    def add(self, records, store_ms: int) -> None:
+        pass
+
+    def as_dict(self) -> dict:
+        return {"lateness_ms": {"bounds": [], "counts": [0], "sum": 0, "count": 0}, "early": 0,
+                "by_topic": {}}
+
+
+class _NoDelayTally:
+    def add(self, dues, now_ms: int) -> None:
+        pass
+
+    def as_dict(self) -> dict:
+        return {"bounds": [], "counts": [0], "sum": 0, "count": 0}
+
+
+class _Scraper(threading.Thread):
+    def __init__(self, base_url: str, every_s: float):
+        super().__init__(daemon=True)
+        self.base_url, self.every_s = base_url, every_s
+        self.stop = threading.Event()
+        self.scrapes = 0
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            for path in ("/metrics", "/api/dashboard"):
+                with urllib.request.urlopen(self.base_url + path, timeout=30) as reply:
+                    reply.read()
+            self.scrapes += 1
+
+
+def _round(variant: str, n: int, scrape_s: float, seed: int) -> tuple[dict, int]:
+    rng = random.Random(seed)
+    pool = [rng.randbytes(1024) for _ in range(64)]
+    singles = [Message("orders", pool[i % 64]) for i in range(n // 5)]
+    batched = [Message("orders", pool[i % 64]) for i in range(n)]
+    with scratch_dir(prefix=f"metrics-{variant}-") as d:
+        clock = ManualClock(T0)
+        broker = Broker.open(d / "b", BrokerConfig(), clock=clock)
+        server = scraper = None
+        if variant == "off":
+            broker.deliverer.tally = _NoDeliveryTally()
+            broker.delays = _NoDelayTally()
+        if variant == "on":
+            from rocks_timer.metrics import MetricsServer
+            server = MetricsServer(broker, "127.0.0.1", 0, dashboard=True,
+                                   labels={"cluster": "bench"}).start()
+            scraper = _Scraper(f"http://{server.address}", scrape_s)
+            scraper.start()
+        times: dict[str, tuple[float, float]] = {}  # path -> (wall s, process CPU s)
+        with settled_gc():
+            wall, cpu = time.perf_counter(), time.process_time()
+            for i, msg in enumerate(singles):
+                broker.send(msg, delay_ms=1_000 + (i % 60_000))
+            times["send1"] = (time.perf_counter() - wall, time.process_time() - cpu)
+            wall, cpu = time.perf_counter(), time.process_time()
+            for i in range(0, n, 100):
+                broker.send_batch(batched[i:i + 100], delay_ms=1_000 + (i % 60_000))
+            times["send100"] = (time.perf_counter() - wall, time.process_time() - cpu)
+            clock.set(T0 + 3_600_000)
+            wall, cpu = time.perf_counter(), time.process_time()
+            broker.start()
+            total = len(singles) + n
+            while broker.deliverer.delivered < total:
+                time.sleep(0.002)
+            times["deliver"] = (time.perf_counter() - wall, time.process_time() - cpu)
+            broker.stop()
+        scrapes = 0
+        if scraper is not None:
+            scraper.stop.set()
+            scraper.join()
+            scrapes = scraper.scrapes
+        if server is not None:
+            server.stop()
+        if variant != "off":
+            assert broker.stats()["deliveries"]["early"] == 0
+        broker.close()
+    return times, scrapes
+
+
+def bench_metrics(n: int, runs: int, scrape_s: float = 1.0) -> dict:
+    """msg/s per path and variant, from wall time and from the process's CPU time (every
+    thread: the scraper's and the server's work included), medians over ``runs`` interleaved
+    rounds, and each variant against off. On a shared machine the CPU figure is the steadier:
+    waiting for a core neighbours hold counts in wall time only."""
+    walls: dict[str, dict[str, list[float]]] = {v: {"send1": [], "send100": [], "deliver": []}
+                                                for v in VARIANTS}
+    cpus: dict[str, dict[str, list[float]]] = {v: {"send1": [], "send100": [], "deliver": []}
+                                               for v in VARIANTS}
+    scrapes = 0
+    for run in range(runs):
+        order = VARIANTS if run % 2 == 0 else tuple(reversed(VARIANTS))
+        for variant in order:
+            times, scraped = _round(variant, n, scrape_s, seed=run)
+            scrapes += scraped
+            for path, (wall, cpu) in times.items():
+                walls[variant][path].append(wall)
+                cpus[variant][path].append(cpu)
+    counts = {"send1": n // 5, "send100": n, "deliver": n + n // 5}
+    out: dict = {"messages": n, "runs": runs, "scrape_every_s": scrape_s,
+                 "scrapes_during_on": scrapes, "scrape_cost": scrape_cost(n + n // 5)}
+    for variant in VARIANTS:
+        out[variant] = {f"{path}_msgs_per_s": round(counts[path] / median(walls[variant][path]))
+                        for path in counts}
+        out[variant].update({f"{path}_msgs_per_cpu_s": round(counts[path] /
+                                                             median(cpus[variant][path]))
+                             for path in counts})
+    for variant in ("counters", "on"):
+        out[f"{variant}_vs_off"] = {
+            path: round(median(walls["off"][path]) / median(walls[variant][path]), 3)
+            for path in counts}
+        out[f"{variant}_vs_off_cpu"] = {
+            path: round(median(cpus["off"][path]) / median(cpus[variant][path]), 3)
+            for path in counts}
+    return out
+
+
+def scrape_cost(n: int, reps: int = 5) -> dict:
+    """CPU ms of one ``/metrics`` answer and one dashboard JSON with ``n`` messages pending (two
+    topics), median over ``reps``: what a scrape costs, to spread over the scrape interval."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from rocks_timer.metrics import BrokerCollector, dashboard_document
+    rng = random.Random(5)
+    pool = [rng.randbytes(1024) for _ in range(64)]
+    with scratch_dir(prefix="metrics-scrape-") as d:
+        broker = Broker.open(d / "b", BrokerConfig(), clock=ManualClock(T0))
+        for i in range(0, n, 1000):
+            broker.send_batch([Message("orders" if j % 2 else "billing", pool[j % 64])
+                               for j in range(min(1000, n - i))],
+                              delay_ms=1_000 + rng.randrange(86_400_000))
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(BrokerCollector(broker, {"cluster": "bench"}))
+        metrics_ms, dashboard_ms = [], []
+        for _ in range(reps):
+            cpu = time.process_time()
+            generate_latest(registry)
+            metrics_ms.append((time.process_time() - cpu) * 1000)
+            cpu = time.process_time()
+            dashboard_document(broker)
+            dashboard_ms.append((time.process_time() - cpu) * 1000)
+        broker.close()
+    return {"pending": n, "metrics_cpu_ms": round(median(metrics_ms), 1),
+            "dashboard_cpu_ms": round(median(dashboard_ms), 1)}
+
+
+def summary(result: dict) -> list[str]:
+    lines = []
+    for path, label in (("send1", "Broker.send"), ("send100", "Broker.send_batch(100)"),
+                        ("deliver", "deliver into CommitLog")):
+        key, cpu = f"{path}_msgs_per_s", f"{path}_msgs_per_cpu_s"
+        lines.append(f"| metrics on / off: {label}, per CPU second | {result['on'][cpu]:,} / "
+                     f"{result['off'][cpu]:,} msg/s ({result['on_vs_off_cpu'][path]:.1%}; "
+                     f"counters only {result['counters_vs_off_cpu'][path]:.1%}) | >= 97% |")
+        lines.append(f"| metrics on / off: {label}, wall clock | {result['on'][key]:,} / "
+                     f"{result['off'][key]:,} msg/s ({result['on_vs_off'][path]:.1%}; counters "
+                     f"only {result['counters_vs_off'][path]:.1%}) | reported |")
+    cost = result.get("scrape_cost")
+    if cost:
+        lines.append(f"| one /metrics scrape / one dashboard poll, {cost['pending']:,} pending | "
+                     f"{cost['metrics_cpu_ms']} / {cost['dashboard_cpu_ms']} ms CPU "
+                     f"({cost['metrics_cpu_ms'] / 150:.2f}% of a core at a 15 s scrape interval)"
+                     f" | reported |")
+    return lines
