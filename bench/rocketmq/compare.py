@@ -479,7 +479,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workdir", type=Path, default=RESULTS / "tmp")
     parser.add_argument("--out", type=Path, default=RESULTS / "rocketmq")
+    parser.add_argument("--summary-only", action="store_true",
+                        help="only rewrite summary.md from every row in --out/rows.jsonl")
     args = parser.parse_args(argv)
+    if args.summary_only:
+        rows = [json.loads(l) for l in (args.out / "rows.jsonl").read_text().splitlines() if l]
+        text = ("# rtimer beside the real Apache RocketMQ\n\nRuns: "
+                + ", ".join(sorted({r["run_started"] for r in rows})) + "\n\n"
+                "## Write amplification\n\n" + wa_table([r for r in rows if r["kind"] == "wa"])
+                + "\n\n## Delivery timing (official Python client)\n\n"
+                + timing_table([r for r in rows if r["kind"] == "timing"]) + "\n")
+        (args.out / "summary.md").write_text(text)
+        print(text)
+        return 0
     engines = [e for e in args.engines.split(",") if e]
     bad = [e for e in engines if e not in ENGINES]
     if bad:

@@ -233,8 +233,9 @@ class GrpcDriver:
             c.shutdown()
         self.producer.shutdown()
 
-    def send(self, items, window: int = 512) -> tuple[int, float, int]:
-        """Send ``(topic, body, due_s)`` items, ``window`` in flight (send_async); returns (sent,
+    def send(self, items, window: int = 100) -> tuple[int, float, int]:
+        """Send ``(topic, body, due_s)`` items, ``window`` in flight (send_async; rtimer's front
+        refuses more than 128 calls at once on one connection); returns (sent,
         seconds, payload bytes). Payload = body + topic (no user properties are set)."""
         mq = self.mq
         pending: list = []
