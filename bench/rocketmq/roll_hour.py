@@ -19,6 +19,7 @@ import argparse
 import fcntl
 import json
 import re
+import shutil
 import tempfile
 import time
 from contextlib import contextmanager
@@ -118,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             result["roll_commitlog_per_payload"] = round(result["commitlog_growth"] / payload, 3)
     finally:
         cluster.stop()
+        shutil.rmtree(logs, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
     path = write_result("rocketmq_roll", result, args.results_dir)
     print(json.dumps({k: v for k, v in result.items() if k != "samples"}, indent=1))
     print(f"wrote {path}")
