@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: test demo venv clean peers rocketmq faketime browser prometheus remoting-clients \
-	java-remoting-client rocketmq4-venv js-remoting-client
+	java-remoting-client rocketmq4-venv js-remoting-client rocketmq-setup rocketmq-compare
 
 $(STAMP): pyproject.toml setup.py $(wildcard rocks_timer/_native/*.c rocks_timer/_native/*.h)
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
@@ -86,7 +86,7 @@ rocketmq:
 	  rm -f $(RMQ_CP); $(RMQ_MVN) && test -s $(RMQ_CP); fi
 
 # libfaketime (Debian faketime) runs the broker JVM on a sped-up clock for multi-day delays
-# (bench/rocketmq/compare.py --faketime). Installed only when missing and we are root.
+# (bench/rocketmq/compare.py --validate). Installed only when missing and we are root.
 faketime:
 	@if [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -95,6 +95,14 @@ faketime:
 	    >/dev/null || echo "make: installing faketime failed"; \
 	else echo "make: faketime is missing and this is not root with apt-get:" \
 	  "not installing it (sudo apt-get install -y faketime)"; fi
+
+# Compare with the real RocketMQ (README): set-up once, then the whole comparison in one run
+# (docs/BENCHMARKS.md "The real Apache RocketMQ"); RMQ_ARGS passes options to the run.
+rocketmq-setup: $(STAMP) rocketmq faketime
+
+rocketmq-compare: rocketmq-setup
+	$(PY) -m bench.rocketmq.compare $(RMQ_ARGS)
+	$(PY) -m spark.real_check
 
 # The dashboard's browser test drives Debian's headless Chromium through chromedriver (selenium
 # comes with the dev extra); `promtool check metrics` comes with Debian's prometheus package.

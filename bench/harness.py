@@ -30,8 +30,8 @@ from bench.workloads import SPECS, Workload
 from rocks_timer.broker import Broker
 from rocks_timer.clock import ManualClock
 from rocks_timer.config import BrokerConfig
-from rocks_timer.message import (DELAY, SCHEDULE_TOPIC, TIMER_DELIVER_MS, WHEEL_TIMER_TOPIC,
-                                 Message)
+from rocks_timer.message import (DELAY, SCHEDULE_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY,
+                                 WHEEL_TIMER_TOPIC, Message, encode_properties)
 
 T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 ENGINES = ("rocksdb", "wheel", "levels", "memory")
@@ -59,6 +59,19 @@ COLUMNS = ("engine", "workload", "profile", "messages", "body_size", "shard", "s
            "peak_live_payload", "seconds", "send_seconds", "deliver_seconds", "send_per_s",
            "deliver_per_s", "ticks", "sim_ms", "space_amp", "rss_before_open_bytes",
            "peak_rss_bytes", "layout", "workdir", "keys")
+
+
+# properties a broker or client adds: overhead, never payload (DESIGN §13, issue 29)
+_ADDED_PROPERTIES = frozenset({UNIQ_KEY, DELAY, TIMER_DELIVER_MS, "TIMER_DELAY_MS",
+                               "TIMER_DELAY_SEC", "REAL_TOPIC", "REAL_QID"})
+
+
+def producer_payload(message: Message) -> int:
+    """What the producer supplied: body + topic + its own properties (tags, keys, user
+    properties). Tables measured before issue 29 counted every property (``payload_size``)."""
+    own = {k: v for k, v in message.properties.items() if k not in _ADDED_PROPERTIES}
+    return (len(message.body) + len(message.topic.encode("utf-8"))
+            + (len(encode_properties(own)) if own else 0))
 
 
 def read_proc_io() -> dict[str, int]:
@@ -215,7 +228,7 @@ class _Cell:
             end = self.next_send + len(chunk)
             messages = [self._message(op) for op in chunk]
             results = self.broker.send_batch(messages)
-            self.payload += sum(m.payload_size for m in messages)
+            self.payload += sum(producer_payload(m) for m in messages)
             self.sent += len(chunk)
             for op, result in zip(chunk, results):
                 if not op.cancel:

@@ -57,8 +57,11 @@ def wa_chart(summary: pd.DataFrame, path: Path, title: str) -> Path:
     """Stacked bars: logical WA per component, one bar per (workload, engine/profile), with the
     physical WA as a black tick on each bar."""
     frame = summary.sort_values(["workload", "engine", "profile"]).reset_index(drop=True)
+    layouts = frame["layout"] if "layout" in frame else ["-"] * len(frame)
     labels = [f"{w}\n{e}" + ("" if p in ("-", None) else f"/{p}")
-              for w, e, p in zip(frame["workload"], frame["engine"], frame["profile"])]
+              + ("" if lay in ("-", None, "", p) else f"\n({lay})")
+              for w, e, p, lay in zip(frame["workload"], frame["engine"], frame["profile"],
+                                      layouts)]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(frame) + 2), 5.5))
     bottom = [0.0] * len(frame)
     xs = range(len(frame))

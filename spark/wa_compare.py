@@ -3,6 +3,12 @@
     python -m spark.wa_compare --workloads short,month --engines rocksdb,wheel \\
         --messages 20000 --out bench/results/wa
 
+The default profile is ``vlog``: the RocksDB engine's default layout (what ``rtimer`` creates);
+``default`` is the ``inline`` layout's default profile. Rows and the chart name the layout.
+``rocketmq-wheel`` and ``rocketmq-rocksdb`` are the real Apache RocketMQ's two timer engines
+(``bench.rocketmq.compare.spark_cell``: the real broker from ``make rocketmq``, the workload's
+delays and the wheel's roll window scaled, one JVM cell at a time).
+
 Each (engine, workload, profile, shard) cell is one Spark task that runs ``bench.harness.run_cell``
 in its worker process (its own broker directory, its own ``/proc/self/io``); the driver collects
 the rows into a DataFrame, aggregates the shards of each (engine, workload, profile) with Spark
@@ -20,8 +26,10 @@ from typing import Any, Callable, Sequence
 from bench.harness import COLUMNS, COMPONENTS, DEFAULT_WORKDIR
 from bench.workloads import DEFAULT_BODY_SIZE, WORKLOAD_NAMES, fits_levels
 
-ENGINES = ("rocksdb", "wheel", "levels")
-COST = {"wheel": 6.0, "levels": 3.0, "rocksdb": 1.0, "memory": 0.5}  # rough per-message cost
+ENGINES = ("rocksdb", "wheel", "levels", "rocketmq-wheel", "rocketmq-rocksdb")
+REAL_ENGINES = ("rocketmq-wheel", "rocketmq-rocksdb")
+COST = {"wheel": 6.0, "levels": 3.0, "rocksdb": 1.0, "memory": 0.5,  # rough per-message cost
+        "rocketmq-wheel": 8.0, "rocketmq-rocksdb": 8.0}
 WORKLOAD_COST = {"month": 3.0, "day": 2.0}
 STRINGS = {"engine", "workload", "profile", "workdir", "layout"}
 FLOATS = {"wa_physical", "wa_logical", "wa_timer", "seconds", "send_seconds", "deliver_seconds",
@@ -31,7 +39,7 @@ SUMMED = ("messages", "sent", "cancelled", "delivered", "payload_bytes", "physic
           "wheel_rolls", "rolls", "peak_disk_bytes", "final_disk_bytes", "peak_timer_disk_bytes",
           "final_timer_disk_bytes", "peak_live_payload", "send_seconds",
           "deliver_seconds", "ticks")
-SUMMARY_COLUMNS = ("engine", "workload", "profile", "messages", "body_size", "shards", "complete",
+SUMMARY_COLUMNS = ("engine", "workload", "profile", "layout", "messages", "body_size", "shards", "complete",
                    "payload_bytes", "physical_bytes", "logical_bytes", "timer_bytes",
                    "wa_physical", "wa_logical", "wa_timer", "peak_disk_bytes", "seconds",
                    "send_per_s", "deliver_per_s", "rolls", *COMPONENTS, "rocks_user",
@@ -65,10 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m spark.wa_compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser, workloads="short,day,month,burst,cancel,levels",
-                         messages=200_000, profiles="default")
-    parser.add_argument("--engines", type=csv_list, default=list(ENGINES),
+                         messages=200_000, profiles="vlog")
+    parser.add_argument("--engines", type=csv_list, default=["rocksdb", "wheel", "levels"],
                         help="comma list of rocksdb, wheel, levels (levels only where the "
-                             "workload's delays are level delays)")
+                             "workload's delays are level delays), rocketmq-wheel, "
+                             "rocketmq-rocksdb (the real broker's engines: `make rocketmq`; "
+                             "short, day and month only)")
     return parser
 
 
@@ -100,6 +110,8 @@ def plan_cells(args: argparse.Namespace) -> list[dict[str, Any]]:
         for engine in args.engines:
             if engine == "levels" and not fits_levels(workload):
                 continue
+            if engine in REAL_ENGINES and workload not in ("short", "day", "month"):
+                continue
             for profile in (args.profiles if engine == "rocksdb" else ["-"]):
                 for shard in range(args.partitions):
                     cells.append({"engine": engine, "workload": workload,
@@ -130,7 +142,11 @@ def cell_task(cells, run: Callable[..., dict] | None = None):
     """The body of one Spark partition: run its cells and yield plain tuples (``COLUMNS``)."""
     from bench.harness import run_cell
     for cell in cells:
-        yield _plain((run or run_cell)(**cell))
+        if run is None and cell["engine"] in REAL_ENGINES:
+            from bench.rocketmq.compare import spark_cell
+            yield _plain(spark_cell(**cell))
+        else:
+            yield _plain((run or run_cell)(**cell))
 
 
 def schema():
@@ -187,7 +203,7 @@ def summarize(cells_df):
     aggs = [F.sum(c).alias(c) for c in SUMMED]
     aggs += [F.first("body_size").alias("body_size"), F.count("*").alias("shards"),
              F.min(F.col("complete").cast("int")).cast("boolean").alias("complete"),
-             F.max("seconds").alias("seconds")]
+             F.max("seconds").alias("seconds"), F.first("layout").alias("layout")]
     out = cells_df.groupBy("engine", "workload", "profile").agg(*aggs)
     payload = F.greatest(F.col("payload_bytes"), F.lit(1))
     out = (out.withColumn("wa_physical", F.col("physical_bytes") / payload)
@@ -208,7 +224,7 @@ def write_outputs(spark, rows: list[tuple], out: Path, title: str) -> dict[str, 
     paths = {"cells": out / "cells.parquet", "summary_csv": out / "summary.csv",
              "summary_md": out / "summary.md", "chart": out / "wa.png"}
     summary.to_csv(paths["summary_csv"], index=False)
-    shown = ["engine", "workload", "profile", "messages", "payload_bytes", "physical_bytes",
+    shown = ["engine", "workload", "profile", "layout", "messages", "payload_bytes", "physical_bytes",
              "wa_physical", "wa_logical", "wa_timer", "peak_disk_bytes", "seconds",
              "send_per_s", "deliver_per_s", "complete"]
     comp = ["engine", "workload", "profile"] + [c for c in COMPONENTS if summary[c].any()]
