@@ -3,17 +3,13 @@ from __future__ import annotations
 
 import click
 
+from rocks_timer import listen
 from rocks_timer.errors import ConfigError
 
 
 def parse_address(text: str, option: str = "--metrics-listen") -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT``) → (host, port); port 0 picks a free one."""
-    host, sep, port = text.strip().rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{option} {text!r} must be HOST:PORT (port 0..65535, 0 = any free "
-                          "port)")
-    return host, int(port)
+    return listen.parse_listen(text, option, allow_off=False)
 
 
 def parse_labels(items: tuple[str, ...]) -> dict[str, str]:

@@ -17,6 +17,7 @@ import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from rocks_timer import listen
 from rocks_timer.errors import ConfigError
 from rocks_timer.pop import PopService
 from rocks_timer.proxy import metrics_sink
@@ -33,16 +34,8 @@ START_TIMEOUT_S = 30.0
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:
-    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) → (host, port); ``off`` → None."""
-    text = (text or "").strip()
-    if text.lower() == "off":
-        return None
-    host, sep, port = text.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"--grpc-listen {text!r} must be HOST:PORT (port 0..65535, 0 = any "
-                          "free port) or 'off'")
-    return host, int(port)
+    """``--grpc-listen``: ``HOST:PORT`` → (host, port); ``off`` → None."""
+    return listen.parse_listen(text, "--grpc-listen")
 
 
 def _endpoints(host: str, port: int) -> "pb.Endpoints":
