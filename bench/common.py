@@ -92,3 +92,30 @@ def peak_rss_mb() -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU time (user + system, all threads) that process ``pid`` has used, from
+    /proc/<pid>/stat. The command name may hold spaces: fields are counted after its ')'."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[0] is the state (field 3 of proc(5)); utime and stime are fields 14 and 15
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class ProcessCpu:
+    """CPU seconds of named processes, read together: ``read()`` -> {name: seconds}. The name
+    ``self`` is this process (``time.process_time``: every thread)."""
+
+    def __init__(self, pids: dict[str, int]):
+        self.pids = dict(pids)
+
+    def read(self) -> dict[str, float]:
+        return {name: time.process_time() if pid == os.getpid() else process_cpu_s(pid)
+                for name, pid in self.pids.items()}
+
+    @staticmethod
+    def ms_per(before: dict[str, float], after: dict[str, float], count: int) -> dict[str, float]:
+        """Milliseconds of CPU per item between two readings (each process apart)."""
+        return {name: round((after[name] - before[name]) * 1000 / count, 3) if count else None
+                for name in before}

@@ -10,6 +10,11 @@ and broker on one port); the RocketMQ side is ``bench.rocketmq.cluster`` (NameSe
 issue 29's harness, ``make rocketmq``), reached through its NameServer. When that harness or its
 jars are missing, the RocketMQ side is reported as not measured, with the reason.
 
+CPU per message: the client stops at each phase boundary (``stepped``) while the user + system
+time of the broker process (rtimer's ``rtimer run``; RocketMQ's broker JVM, and its NameServer
+JVM apart) and of the client JVM is read from ``/proc/<pid>/stat``; the phase's difference is
+divided by its messages. ``bench.fronts`` runs this beside the gRPC comparison.
+
 Run it under ``flock /work/bench.lock``; results go to bench/results/remoting.json.
 """
 from __future__ import annotations
@@ -21,27 +26,60 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
-from bench.common import RESULTS, scratch_dir, write_result
+from bench.common import RESULTS, ProcessCpu, scratch_dir, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 JAVA_DIR = ROOT / "tests" / "fronts" / "java"
 _LISTENING = re.compile(r"remoting .* listening on 127\.0\.0\.1:(\d+)")
+JAVA_TIMEOUT_S = 1800
 
 
-def java_bench(namesrv: str, topic: str, messages: int, body: int, log_root: Path) -> dict:
+def java_bench(namesrv: str, topic: str, messages: int, body: int, log_root: Path,
+               brokers: dict[str, int] | None = None) -> dict:
+    """One JVM of ``RemotingClient bench ... stepped``: at each phase boundary it waits while the
+    CPU time of ``brokers`` ({name: pid}) and of the client JVM itself is read; the result gains
+    ``cpu_ms_per_message`` for the send and the consume phase."""
     classpath = f"{JAVA_DIR / 'target' / 'classes'}:" + \
         (JAVA_DIR / "target" / "classpath.txt").read_text().strip()
-    done = subprocess.run(
-        ["java", "-Xmx512m", f"-Drocketmq.client.logRoot={log_root}", "-cp", classpath,
-         "rtimer.RemotingClient", "bench", namesrv, topic, f"{topic}-group", str(messages),
-         str(body)], capture_output=True, text=True, timeout=1800)
-    for line in done.stdout.splitlines():
-        if line.startswith("{") and '"bench"' in line:
-            return json.loads(line)
-    raise RuntimeError(f"the Java bench printed no result (exit {done.returncode}):\n"
-                       f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            ["java", "-Xmx512m", f"-Drocketmq.client.logRoot={log_root}", "-cp", classpath,
+             "rtimer.RemotingClient", "bench", namesrv, topic, f"{topic}-group", str(messages),
+             str(body), "stepped"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+            text=True)
+        watchdog = threading.Timer(JAVA_TIMEOUT_S, proc.kill)
+        watchdog.start()
+        cpu = ProcessCpu({**(brokers or {}), "client": proc.pid})
+        marks: dict[str, dict[str, float]] = {}
+        result, tail = None, []
+        try:
+            assert proc.stdout is not None and proc.stdin is not None
+            for line in proc.stdout:
+                tail = (tail + [line])[-20:]
+                event = json.loads(line) if line.startswith("{") else {}
+                if event.get("event") == "phase":
+                    marks[event["phase"]] = cpu.read()
+                    proc.stdin.write("go\n")
+                    proc.stdin.flush()
+                elif event.get("event") == "bench":
+                    result = event
+            proc.wait(60)
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if result is None or len(marks) != 4:
+            err.seek(0)
+            raise RuntimeError(f"the Java bench printed no result (exit {proc.returncode}):\n"
+                               f"{''.join(tail)}\n{err.read()[-2000:]}")
+    result["cpu_ms_per_message"] = {
+        "send": ProcessCpu.ms_per(marks["send"], marks["sent"], messages),
+        "consume": ProcessCpu.ms_per(marks["consume"], marks["consumed"], result["consumed"])}
+    return result
 
 
 def rtimer_side(data: Path, messages: int, body: int, log_root: Path) -> dict:
@@ -58,7 +96,10 @@ def rtimer_side(data: Path, messages: int, body: int, log_root: Path) -> dict:
                 break
         if port is None:
             raise RuntimeError("rtimer run did not start")
-        return java_bench(f"127.0.0.1:{port}", "BenchRemoting", messages, body, log_root)
+        # drained, so that a log line never blocks the broker on a full pipe
+        threading.Thread(target=proc.stdout.read, daemon=True).start()
+        return java_bench(f"127.0.0.1:{port}", "BenchRemoting", messages, body, log_root,
+                          {"broker": proc.pid})
     finally:
         proc.terminate()
         proc.wait(60)
@@ -73,11 +114,16 @@ def rocketmq_side(root: Path, messages: int, body: int, log_root: Path) -> dict:
         with RocketMQCluster(root) as mq:
             for topic in ("BenchRemoting", "BenchRemoting-warmup"):
                 mq.create_topic(topic, "NORMAL")
-            figures = java_bench(mq.namesrv_addr, "BenchRemoting", messages, body, log_root)
+            figures = java_bench(mq.namesrv_addr, "BenchRemoting", messages, body, log_root,
+                                 {"broker": mq.broker_pid, "namesrv": mq.namesrv.pid})
     except Exception as exc:  # noqa: BLE001 - reported in the result, the rtimer side stands
         return {"measured": False, "reason": f"{type(exc).__name__}: {exc}"}
     figures["measured"] = True
     return figures
+
+
+def _cpu(figures: dict) -> str:
+    return ", ".join(f"{name} {value:.3f}" for name, value in figures.items())
 
 
 def summary(result: dict) -> str:
@@ -88,8 +134,11 @@ def summary(result: dict) -> str:
         if not side.get("measured", True):
             lines.append(f"  {name:8s} not measured: {side['reason']}")
             continue
+        cpu = side["cpu_ms_per_message"]
         lines.append(f"  {name:8s} send {side['sendPerSecond']:8.0f}/s   consume "
                      f"{side['consumePerSecond']:8.0f}/s   (all consumed: {side['complete']})")
+        lines.append(f"  {'':8s} CPU ms per message: send {_cpu(cpu['send'])}; "
+                     f"consume {_cpu(cpu['consume'])}")
     return "\n".join(lines)
 
 

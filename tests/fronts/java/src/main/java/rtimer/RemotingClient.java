@@ -145,11 +145,16 @@ public final class RemotingClient {
     }
 
     /**
-     * {@code bench NAMESRV TOPIC GROUP COUNT BODY_BYTES}: COUNT synchronous sends, one call at a
+     * {@code bench NAMESRV TOPIC GROUP COUNT BODY_BYTES [stepped]}: COUNT synchronous sends, one call at a
      * time, then a push consumer of GROUP consumes them; prints one JSON line with both rates.
+     * With a sixth argument {@code stepped}, it prints {"event":"phase","phase":P} at each phase
+     * boundary (send, sent, consume, consumed) and waits for a line on stdin before going on, so
+     * that the caller can read the broker's CPU time there (bench.fronts); the timed spans exclude
+     * those waits.
      */
-    private static void bench(String namesrv, String topic, String group, int count, int bodyBytes)
-        throws Exception {
+    private static void bench(String namesrv, String topic, String group, int count, int bodyBytes,
+                              boolean stepped) throws Exception {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         byte[] body = new byte[bodyBytes];
         java.util.Arrays.fill(body, (byte) 'x');
         DefaultMQProducer producer = new DefaultMQProducer(group + "-producer");
@@ -160,11 +165,13 @@ public final class RemotingClient {
         for (int i = 0; i < Math.min(100, count); i++) {  // warm-up: routes, connections, JIT
             producer.send(new Message(topic + "-warmup", "w", body));
         }
+        step(stepped, in, "send");
         long sendStart = System.nanoTime();
         for (int i = 0; i < count; i++) {
             producer.send(new Message(topic, "bench", "k" + i, body));
         }
         double sendSeconds = (System.nanoTime() - sendStart) / 1e9;
+        step(stepped, in, "sent");
         producer.shutdown();
         java.util.concurrent.CountDownLatch left = new java.util.concurrent.CountDownLatch(count);
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
@@ -178,10 +185,12 @@ public final class RemotingClient {
             }
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
         });
+        step(stepped, in, "consume");
         long consumeStart = System.nanoTime();
         consumer.start();
         boolean all = left.await(600, java.util.concurrent.TimeUnit.SECONDS);
         double consumeSeconds = (System.nanoTime() - consumeStart) / 1e9;
+        step(stepped, in, "consumed");
         consumer.shutdown();
         Map<String, Object> out = new HashMap<>();
         out.put("event", "bench");
@@ -196,6 +205,16 @@ public final class RemotingClient {
         emit(out);
     }
 
+    private static void step(boolean stepped, BufferedReader in, String phase) throws Exception {
+        if (!stepped) {
+            return;
+        }
+        emit(Map.of("event", "phase", "phase", phase));
+        if (in.readLine() == null) {
+            throw new IllegalStateException("stdin ended at phase " + phase);
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         System.setProperty("rocketmq.client.logUseSlf4j", "false");
         switch (args[0]) {
@@ -206,7 +225,8 @@ public final class RemotingClient {
                 consume(args[1], args[2], args[3], args[4]);
                 break;
             case "bench":
-                bench(args[1], args[2], args[3], Integer.parseInt(args[4]), Integer.parseInt(args[5]));
+                bench(args[1], args[2], args[3], Integer.parseInt(args[4]), Integer.parseInt(args[5]),
+                    args.length > 6 && "stepped".equals(args[6]));
                 break;
             default:
                 throw new IllegalArgumentException("mode must be send, consume or bench: " + args[0]);

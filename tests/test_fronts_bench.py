@@ -1,0 +1,33 @@
+"""``bench.fronts`` does not rot: a tiny run of its rtimer side, both fronts (the official Python
+client over gRPC, the Java 4.9.8 client over remoting), writes every figure it prints, the CPU
+per message included. The RocketMQ side is left out here: its two JVMs and the mqadmin calls take
+far longer than a smoke test may (tests/test_real_rocketmq.py starts that harness)."""
+from __future__ import annotations
+
+import json
+
+from remoting_support import need_java
+
+from bench import fronts
+
+
+def test_bench_fronts_smoke_rtimer_side(tmp_path, capsys):
+    need_java()
+    assert fronts.main(["--messages", "30", "--rounds", "2", "--warm", "5", "--skip-rocketmq",
+                        "--results-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "fronts.json").read_text())
+    grpc_rounds = result["grpc"]["rounds"]["rtimer"]
+    remoting_rounds = result["remoting"]["rounds"]["rtimer"]
+    assert len(grpc_rounds) == len(remoting_rounds) == 2
+    for figures in grpc_rounds:
+        assert figures["received"] == 30
+        assert figures["send_per_s"] > 0 and figures["receive_ack_per_s"] > 0
+        for phase in ("send", "receive_ack"):
+            assert set(figures["cpu_ms_per_message"][phase]) == {"broker", "client"}
+            assert figures["cpu_ms_per_message"][phase]["client"] > 0
+    for figures in remoting_rounds:
+        assert figures["complete"] and figures["consumed"] == 30
+        assert set(figures["cpu_ms_per_message"]["send"]) == {"broker", "client"}
+    assert "rocketmq" not in result["grpc"]["median"]
+    out = capsys.readouterr().out
+    assert "| gRPC (Python 5.1.2) | send, one at a time |" in out and "not measured" in out
