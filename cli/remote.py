@@ -21,7 +21,7 @@ from typing import Any
 from rocks_timer import Broker, errors
 from rocks_timer.errors import RocksTimerError, StoreClosedError
 
-from cli import ops
+from . import ops
 
 log = logging.getLogger(__name__)
 SOCKET_NAME = "rtimer.sock"
