@@ -246,9 +246,10 @@ def _forward(module_name: str, argv: tuple[str, ...]) -> None:
     except ImportError as exc:
         # bench/ and spark/ are tools of the checkout, not installed by `pip install rocks-timer`
         raise click.ClickException(
-            f"{module_name} cannot be imported ({exc}): `rtimer bench` runs the repository's "
-            "benchmark tools, so run it from a rocks-timer checkout set up with `make venv` "
-            "(which installs the `spark` extra: pyspark, pandas, pyarrow, matplotlib)") from None
+            f"{module_name} is not available in this install ({exc}): `rtimer bench` runs the "
+            "repository's benchmark tools, so run it from a rocks-timer checkout set up with "
+            "`make venv` (which installs the `spark` extra: pyspark, pandas, pyarrow, matplotlib)"
+        ) from None
     entry: Any = getattr(module, "main", None)
     if entry is None:
         raise click.ClickException(f"{module_name} has no main(argv)")
