@@ -17,4 +17,7 @@ def test_bench_remoting_smoke(tmp_path):
     rtimer = result["rtimer"]
     assert rtimer["complete"] and rtimer["consumed"] == 40
     assert rtimer["sendPerSecond"] > 0 and rtimer["consumePerSecond"] > 0
+    for phase in ("send", "consume"):  # read at the client's pauses, per message
+        assert set(rtimer["cpu_ms_per_message"][phase]) == {"broker", "client"}
+        assert rtimer["cpu_ms_per_message"][phase]["client"] > 0
     assert result["rocketmq"] == {"measured": False, "reason": "--skip-rocketmq"}

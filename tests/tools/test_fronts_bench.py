@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from remoting_support import need_java
+from tests.support.remoting_support import need_java
 
 from bench import fronts
 
