@@ -1,7 +1,8 @@
 """``MessagingService``: the ``apache.rocketmq.v2.MessagingService`` handlers over one Broker.
 
 Every handler answers a RocketMQ status and never lets an exception reach gRPC (which would be
-an UNKNOWN error the clients do not map). Blocking broker calls run on a small thread pool;
+an UNKNOWN error the clients do not map). Broker calls run through ``BrokerCalls``: on the
+loop's thread when short and nothing waits, else on a small thread pool (front_calls.py);
 long polls wait on an asyncio event that the CommitLog writer sets when a message lands on a
 watched topic, and end before the client's deadline.
 """
@@ -14,6 +15,7 @@ from contextlib import aclosing
 from concurrent.futures import Executor
 from typing import Any, Callable
 
+from rocks_timer.front_calls import BrokerCalls
 from rocks_timer.pop import DEFAULT_MAX_ATTEMPTS, PopService
 from rocks_timer.proxy import convert, settings as settings_mod
 from rocks_timer.proxy.dedup import RecentSends
@@ -84,7 +86,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.broker = broker
         self.limits = limits or PeerLimits()  # per client connection (ARCHITECTURE §4)
         self.pop = pop
-        self.executor = executor
+        self.calls = BrokerCalls.for_broker(broker, executor)
         self.endpoints = endpoints
         self.queue_count = queue_count
         self.metrics = metrics  # the broker takes client metrics (see metrics_sink)
@@ -94,10 +96,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.errors: dict[str, int] = {}  # of those, the ones answered with a failure status
         self.max_attempts: dict[str, int] = {}
         self.polls: dict[str, set[_Poll]] = {}  # client id -> its long polls in progress
-
-    async def _call(self, fn, *args, **kwargs):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
 
     # -- routes, settings, heartbeats ----------------------------------------------------------
     def _endpoints(self, request_endpoints: "pb.Endpoints") -> "pb.Endpoints":
@@ -195,7 +193,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         return svc.SendMessageResponse(status=ok(), entries=entries)
 
     async def _store(self, messages):
-        return await self._call(self.broker.send_batch, messages)
+        return await self.calls.short(self.broker.send_batch, messages)
 
     @answers(svc.RecallMessageResponse)
     async def RecallMessage(self, request, context):
@@ -207,7 +205,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if handle.topic != topic:
             raise ProxyError(Code.BAD_REQUEST, f"recall handle belongs to topic {handle.topic!r}"
                              f", not {topic!r}")
-        if not await self._call(self.broker.cancel, request.recall_handle):
+        if not await self.calls.short(self.broker.cancel, request.recall_handle):
             raise ProxyError(Code.NOT_FOUND, "nothing to recall: the message was delivered, "
                              "is being delivered, or was recalled already")
         return svc.RecallMessageResponse(status=ok(), message_id="01" + handle.msg_id)
@@ -279,8 +277,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             while not poll.terminated:
                 poll.wake.clear()
-                found = await self._call(self.pop.pop, group, topic, batch, invisible_ms, tags,
-                                         max_attempts)
+                found = await self.calls.short(self.pop.pop, group, topic, batch, invisible_ms,
+                                               tags, max_attempts)
                 left = deadline - loop.time()
                 if found or left <= 0:
                     return found, status(Code.MESSAGE_NOT_FOUND, "no new message")
@@ -302,7 +300,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         entries, failed = [], None
         for entry in request.entries:
             try:
-                await self._call(self.pop.ack, group, topic, entry.receipt_handle)
+                await self.calls.short(self.pop.ack, group, topic, entry.receipt_handle)
                 result = ok()
             except Exception as exc:  # noqa: BLE001 - reported per entry and at the top
                 result = from_exception(exc)
@@ -316,10 +314,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def ChangeInvisibleDuration(self, request, context):
         group = convert.group_name(request.group)
         topic = convert.topic_name(request.topic)
-        handle = await self._call(self.pop.change_invisible, group, topic,
-                                  request.receipt_handle,
-                                  _duration_ms(request.invisible_duration),
-                                  self.max_attempts.get(group, DEFAULT_MAX_ATTEMPTS))
+        handle = await self.calls.short(self.pop.change_invisible, group, topic,
+                                        request.receipt_handle,
+                                        _duration_ms(request.invisible_duration),
+                                        self.max_attempts.get(group, DEFAULT_MAX_ATTEMPTS))
         return svc.ChangeInvisibleDurationResponse(status=ok(), receipt_handle=handle)
 
     @answers(svc.ForwardMessageToDeadLetterQueueResponse)

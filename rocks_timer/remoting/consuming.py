@@ -216,7 +216,7 @@ class ConsumerHandlers:
         try:
             while True:
                 poll.wake.clear()
-                result = await self.call(self._read, topic, queue_id, offset, count, tags)
+                result = await self.calls.short(self._read, topic, queue_id, offset, count, tags)
                 left = deadline - loop.time()
                 if result.code != Response.PULL_NOT_FOUND or poll.terminated or left <= 0:
                     break

@@ -106,7 +106,7 @@ class ProducerHandlers:
                        born_ms=born_ms, reconsume_times=reconsume)
 
     async def _store(self, messages):
-        return await self.call(self.broker.send_batch, messages)
+        return await self.calls.short(self.broker.send_batch, messages)
 
     async def recall_message(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         header = Header(cmd.ext)
@@ -120,7 +120,7 @@ class ProducerHandlers:
             raise BadRequest(Response.ILLEGAL_OPERATION,
                              f"recall failed: the handle belongs to topic {handle.topic}, not "
                              f"{topic}")
-        if not await self.call(self.broker.cancel, text):
+        if not await self.calls.short(self.broker.cancel, text):
             raise BadRequest(Response.ILLEGAL_OPERATION,
                              "recall failed: the message was delivered, is being delivered, "
                              "or was recalled already")

@@ -10,12 +10,12 @@ the broker's requests, so a client's ``namesrvAddr`` can be this front.
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 from concurrent.futures import Executor
 
 from rocks_timer.errors import InvalidMessageError, RocksTimerError, StoreClosedError
+from rocks_timer.front_calls import BrokerCalls
 from rocks_timer.proxy.dedup import RecentSends
 from rocks_timer.remoting.admin import AdminHandlers, RateSampler
 from rocks_timer.remoting.clients import ClientTable
@@ -41,7 +41,7 @@ class RemotingService(ProducerHandlers, ConsumerHandlers, AdminHandlers):
     def __init__(self, broker, executor: Executor, host: str, port: int, broker_name: str,
                  cluster: str):
         self.broker = broker
-        self.executor = executor
+        self.calls = BrokerCalls.for_broker(broker, executor)
         self.host_bytes = ipv4(host)
         self.port = port
         self.address = f"{'.'.join(str(b) for b in self.host_bytes)}:{port}"
@@ -89,8 +89,8 @@ class RemotingService(ProducerHandlers, ConsumerHandlers, AdminHandlers):
         return self.broker.clock.now_ms()
 
     async def call(self, fn, *args, **kwargs):
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.executor, functools.partial(fn, *args, **kwargs))
+        """A broker call on the pool; the hot, short ones use ``self.calls.short``."""
+        return await self.calls.pool(fn, *args, **kwargs)
 
     # -- dispatch -------------------------------------------------------------------------
     async def handle(self, conn, cmd: RemotingCommand) -> RemotingCommand:
