@@ -164,17 +164,7 @@ def stats(broker: Broker, data_dir: Path) -> dict[str, Any]:
 
 def compact(broker: Broker, data_dir: Path) -> dict[str, Any]:
     """Manual compaction of the timer store, if the engine has one."""
-    timer = broker.timer
-    profile = getattr(timer, "profile", None)
-    run = getattr(timer, "compact", None)
-    if run is None:
-        return {"engine": timer.name, "profile": profile, "compacted": False}
-    result = {"engine": timer.name, "profile": profile, "compacted": True, **run()}
-    relocate = getattr(timer, "relocate", None)
-    if getattr(timer, "layout", None) == "vlog" and relocate is not None:
-        result["layout"] = "vlog"
-        result["vlog"] = relocate(broker.clock.now_ms())  # sparse segments moved, empty released
-    return result
+    return broker.compact()
 
 
 def check(broker: Broker, data_dir: Path) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from rocks_timer.config import BrokerConfig
 from rocks_timer.consume_read import PulledBatch
 from rocks_timer.consumer_offsets import ConsumerOffsets
 from rocks_timer.errors import (CorruptRecordError, EngineNotAvailableError,
-                                InvalidMessageError, RocksTimerError, StoreClosedError,
+                                RocksTimerError, StoreClosedError,
                                 StoreLockedError)
 from rocks_timer.health import PERIODIC_FLUSH, TIMER_STEP, Health
 from rocks_timer.message import TIMER_OUT_MS, Message, msg_id_supplier
@@ -38,7 +38,8 @@ from rocks_timer.timer.deliverer import Deliverer
 from rocks_timer.timer.rocksdb import setaside
 from rocks_timer.timer.rocksdb.setaside import SetAsideMessage
 from rocks_timer.timer.histogram import bound_counts
-from rocks_timer.timer.store import ScanPage, TimerStore, maker, new_timer_record
+from rocks_timer.timer.store import (Compacting, ScanPage, TimerStore, maker,
+                                     new_timer_record)
 from rocks_timer.timer.tally import DelayTally
 
 log = logging.getLogger(__name__)
@@ -408,9 +409,7 @@ class Broker(KeyedOperations):
         write is on disk when it returns already."""
         self._check_open()
         self.messages.sync()
-        sync = getattr(self.timer, "sync", None)
-        if sync is not None:
-            sync()
+        self.timer.sync()
 
     def start(self) -> "Broker":
         """Run the services on background threads (the timer loop every timer_precision_ms)."""
@@ -520,6 +519,22 @@ class Broker(KeyedOperations):
         self.close()
 
     # -- stats --------------------------------------------------------------------------------
+    def compact(self) -> dict[str, Any]:
+        """Manual compaction of the timer store (``rtimer compact``) where the engine has one
+        (``Compacting``), then, with value segments, their relocation; ``compacted`` False
+        where it has none."""
+        self._check_open()
+        timer = self.timer
+        if not isinstance(timer, Compacting):
+            return {"engine": timer.name, "profile": None, "compacted": False}
+        result = {"engine": timer.name, "profile": timer.profile, "compacted": True,
+                  **timer.compact()}
+        relocated = timer.relocate(self.clock.now_ms())  # {} without value segments
+        if relocated:
+            result["layout"] = "vlog"
+            result["vlog"] = relocated  # sparse segments moved, empty ones released
+        return result
+
     def check(self) -> CheckReport:
         """A read-only walk of the invariants (``rocks_timer.check``); ``.ok``, ``.problems``."""
         self._check_open()
@@ -532,16 +547,14 @@ class Broker(KeyedOperations):
         value decodes), due time and reason; never delivered until restored. Engines without
         a quarantine have none."""
         self._check_open()
-        listing = getattr(self.timer, "set_aside", None)
-        return [row.info for row in listing()] if listing is not None else []
+        return [row.info for row in self.timer.set_aside()]
 
     def export_set_aside(self, directory: Path | str, msg_ids: Sequence[str] | None = None
                          ) -> dict[str, Any]:
         """Write what is readable of the set-aside messages (all, or ``msg_ids``) into a new or
         empty ``directory``: raw bytes per message and a ``manifest.json``. Changes nothing."""
         self._check_open()
-        listing = getattr(self.timer, "set_aside", None)
-        rows = setaside.select(listing() if listing is not None else [], msg_ids)
+        rows = setaside.select(self.timer.set_aside(), msg_ids)
         return setaside.export(rows, Path(directory))
 
     def restore_set_aside(self, msg_ids: Sequence[str] | None = None) -> dict[str, Any]:
@@ -550,13 +563,9 @@ class Broker(KeyedOperations):
         refused with the reason. A restored message is delivered like any pending one (at
         once if its due time has passed)."""
         self._check_open()
-        restore = getattr(self.timer, "restore_set_aside", None)
-        if restore is None:
-            if msg_ids:
-                raise InvalidMessageError(f"timer engine {self.timer.name} sets nothing aside")
-            return {"restored": [], "refused": []}
         with self._tick_lock:  # no claim runs meanwhile
-            result = restore(list(msg_ids) if msg_ids else None, self.clock.now_ms())
+            result = self.timer.restore_set_aside(list(msg_ids) if msg_ids else None,
+                                                  self.clock.now_ms())
         if result["restored"]:
             self._wake.set()
         return result
@@ -616,20 +625,7 @@ class Broker(KeyedOperations):
         walked in due order (keys only where the engine can), at most ``max_entries`` (False
         and a partial count past that)."""
         self._check_open()
-        by_keys = getattr(self.timer, "count_by_topic", None)  # a walk of keys only (RocksDB)
-        if by_keys is not None:
-            return by_keys(max_entries)
-        counts: dict[str, int] = {}
-        after, seen = None, 0
-        while seen < max_entries:
-            page = self.timer.scan(limit=min(10_000, max_entries - seen), after=after)
-            for entry in page:
-                counts[entry.topic] = counts.get(entry.topic, 0) + 1
-            seen += len(page)
-            after = page.next_after
-            if after is None:
-                return dict(sorted(counts.items())), True
-        return dict(sorted(counts.items())), False
+        return self.timer.count_by_topic(max_entries)
 
     def due_snapshot(self, bounds_s: tuple[int, ...]) -> dict[int | None, int]:
         """Pending counts by due bound from now (RocketMQ's timer message snapshot, without

@@ -55,16 +55,15 @@ from rocks_timer.timer.rocksdb.scan import (check_iterator, collect_pending, cou
                                             resume_handle, scan_start)
 from rocks_timer.timer.rocksdb.duecount import DueCounters
 from rocks_timer.timer.rocksdb.keyindex import IndexChanges
-from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats, TimerKey,
-                                     new_scheduled,
-                                     TimerRecord)
+from rocks_timer.timer.store import (Compacting, DueRecord, ScanPage, Scheduled, StoreStats,
+                                     TimerKey, TimerRecord, TimerStore, new_scheduled)
 from rocks_timer.timer.schedule_codec import encode_schedule
 
 log = logging.getLogger(__name__)
 
 RECLAIM_AFTER_DELETES = 100_000
 SCAN_EXAMINE_MIN = 1_000
-class RocksTimerStore(KeyedRocksOps):
+class RocksTimerStore(KeyedRocksOps, TimerStore, Compacting):
     """Owns one RocksDB directory holding pending timer messages, the delivery cursor, the
     reconcile checkpoint and the quarantine of corrupt values (find / cancel / reschedule by
     key and the due counts come from ``KeyedRocksOps``)."""
