@@ -68,7 +68,7 @@ def run(settings: Settings, grpc_listen: str | None, remoting_listen: str | None
             with BrokerSocketServer(broker, settings.data_dir) as sock_server:
                 broker.start()
                 click.echo(f"rtimer: broker running on {settings.data_dir} (engine "
-                           f"{broker.timer.name}, pid {os.getpid()}); socket "
+                           f"{broker.engine}, pid {os.getpid()}); socket "
                            f"{socket_path(settings.data_dir)}; Ctrl-C or SIGTERM stops it")
                 front = metrics = remoting = None
                 try:

@@ -118,13 +118,12 @@ def consume(broker: Broker, data_dir: Path, *, topic: str, group: str, queue_id:
         deliver_due(broker)
     offsets = ConsumerOffsets(data_dir)
     offset = stored = offsets.get(topic, group, queue_id)
-    queue = broker.messages.consume_queue(topic, queue_id)
-    if queue is not None and offset < queue.min_offset:
-        offset = queue.min_offset  # the oldest messages expired with their CommitLog segment
-    end = queue.max_offset if queue is not None else 0
+    first, end = broker.min_offset(topic, queue_id), broker.max_offset(topic, queue_id)
+    if offset < first:
+        offset = first  # the oldest messages expired with their CommitLog segment
     if offset > end:
         offset = end
-    messages, next_offset = broker.messages.pull_page(topic, queue_id, offset, max_messages)
+    messages, next_offset = broker.pull_page(topic, queue_id, offset, max_messages)
     offsets.commit(topic, group, queue_id, next_offset)
     result = {"topic": topic, "group": group, "queue_id": queue_id, "offset": offset,
               "next_offset": next_offset, "messages": [message_dict(m) for m in messages]}
@@ -147,13 +146,12 @@ def stats(broker: Broker, data_dir: Path) -> dict[str, Any]:
     figures["pending_by_topic"] = per_topic
     figures["pending_by_topic_complete"] = complete
     figures["data_dir"] = str(data_dir)
-    queues = {(q.topic, q.queue_id): q for q in broker.messages.queues.all()
-              if not is_system_topic(q.topic)}
-    figures["topics"] = {f"{topic}/{qid}": {"min_offset": q.min_offset, "max_offset": q.max_offset}
-                         for (topic, qid), q in sorted(queues.items())}
+    queues = {tq: ends for tq, ends in broker.queue_ranges().items() if not is_system_topic(tq[0])}
+    figures["topics"] = {f"{topic}/{qid}": {"min_offset": first, "max_offset": end}
+                         for (topic, qid), (first, end) in sorted(queues.items())}
     figures["consumer_lag"] = []
     for (topic, group, qid), offset in sorted(ConsumerOffsets(data_dir).table().items()):
-        end = queues[(topic, qid)].max_offset if (topic, qid) in queues else 0
+        end = queues[(topic, qid)][1] if (topic, qid) in queues else 0
         row = {"group": group, "topic": topic, "queue_id": qid, "next_offset": offset,
                "max_offset": end, "lag": max(0, end - offset)}
         if offset > end:
