@@ -528,6 +528,10 @@ class RocksTimerStore(KeyedRocksOps, TimerStore, Compacting):
     def tickers(self) -> dict[str, int]:
         return rocks_maint.tickers(self)
 
+    def statistics(self) -> str:
+        """RocksDB's statistics dump of this DB as text (tickers and histograms)."""
+        return self._db_options.get_statistics()
+
     def stats(self) -> StoreStats:
         return rocks_maint.stats(self)
 
