@@ -10,25 +10,18 @@ import base64
 from pathlib import Path
 from typing import Any, Callable
 
-from rocks_timer import Broker, InvalidMessageError, Message
+from rocks_timer import Broker, Message
 from rocks_timer.errors import InvalidArgumentError, RocksTimerError
 from rocks_timer.message import is_system_topic
-from rocks_timer.timer.handles import TOPIC_PATTERN, decode_handle
+from rocks_timer.timer.handles import decode_handle
 
-from cli import bounds
+from cli import bounds, ops_keys
+from cli.bounds import SCAN_PAGE, check_topic
 from cli.offsets import ConsumerOffsets, check_group
 
-SCAN_PAGE = 1_000
 STATS_PENDING_LIMIT = 200_000  # entries walked to count pending per topic
 PENDING_BY_TOPIC = "stats: pending by topic"  # a failure kind of Broker.health
 MAX_TICKS = 10_000
-
-
-def check_topic(topic: str) -> str:
-    if not TOPIC_PATTERN.match(topic):
-        raise InvalidMessageError(f"topic {topic!r} is invalid; it must match "
-                                  "^[%|a-zA-Z0-9_-]{1,127}$")
-    return topic
 
 
 def message_dict(msg: Message) -> dict[str, Any]:
@@ -198,9 +191,6 @@ OPS: dict[str, Callable[..., Any]] = {
     "set_aside_export": set_aside_export, "set_aside_restore": set_aside_restore,
     "lost_list": lost_list, "lost_accept": lost_accept,
 }
-
-from cli import ops_keys  # noqa: E402 - it imports check_topic and SCAN_PAGE from here
-
 OPS.update(ops_keys.OPS)
 
 
