@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_helpers import ENGINES, START_MS
+from tests.support.engine_helpers import ENGINES, START_MS
 from rocks_timer import Message
 from rocks_timer.errors import InvalidMessageError
 from rocks_timer.message import new_msg_id
@@ -18,7 +18,7 @@ from rocks_timer.timer.store import (ColumnClaim, Compacting, TimerRecord, Timer
                                      join_records)
 from rocks_timer.timer.wheel import WheelTimerStore
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # engine name -> (class, claims Compacting, its claims are ColumnClaims)
 DECLARED = {"memory": (MemoryTimerStore, False, False),
             "rocksdb": (RocksTimerStore, True, True),

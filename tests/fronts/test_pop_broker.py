@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_helpers import ENGINES, drive, engine_settings, pulled
+from tests.support.engine_helpers import ENGINES, drive, engine_settings, pulled
 from rocks_timer import Broker, BrokerConfig, Message
 from rocks_timer.pop.handles import retry_topic
 from rocks_timer.pop.service import PopService, ReceiptExpiredError

@@ -12,7 +12,7 @@ from pathlib import Path
 import grimp
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("rocks_timer", "legacy_levels", "cli", "bench", "spark")
 LINT = Path(sys.executable).parent / "lint-imports"
 # the RocksDB engine's modules import store.py for type hints while it imports them; the same
