@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from rocks_timer.clock import Clock, SystemClock
+from rocks_timer.clock import Clock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.fileio import mkdir_durably
 from rocks_timer.errors import (StoreClosedError, TimerFlowControlError,
@@ -74,7 +74,7 @@ class WheelTimerStore(TimerStore):
         self.root = Path(root)
         self.message_store = message_store
         self.config = config
-        self.clock = clock or getattr(message_store, "clock", None) or SystemClock()
+        self.clock = clock or message_store.clock  # the clock that stamps what it reads
         self.precision_ms = p = snap_precision(config.timer_precision_ms)
         self.slots_total = slots_total_for(p)
         self.roll_window_slots = effective_roll_window(config.timer_roll_window_slots, p,
