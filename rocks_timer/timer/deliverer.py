@@ -25,7 +25,7 @@ from rocks_timer.health import DELIVER_PUT, Health
 from rocks_timer.message import TIMER_OUT_MS, UNIQ_KEY, is_system_topic
 from rocks_timer.message_store import MessageStore
 from rocks_timer.timer.delivery import delivery_copy_py
-from rocks_timer.timer.store import (ColumnClaim, DueRecord, TimerKey, TimerStore,
+from rocks_timer.timer.store import (DueRecord, TimerKey, TimerStore, is_column_claim,
                                      join_records)
 from rocks_timer.timer.tally import DeliveryTally
 
@@ -122,7 +122,7 @@ class Deliverer:
                 return
 
     def _issue(self, records: Sequence[DueRecord], now_ms: int) -> Future | None:
-        if isinstance(records, ColumnClaim):  # the claim built its copies in bulk
+        if is_column_claim(records):  # the claim built its copies in bulk
             copies = records.copies
         else:
             copies = []

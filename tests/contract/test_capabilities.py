@@ -15,7 +15,7 @@ from rocks_timer.message import new_msg_id
 from rocks_timer.timer.memory import MemoryTimerStore
 from rocks_timer.timer.rocksdb import RocksTimerStore
 from rocks_timer.timer.store import (ColumnClaim, Compacting, TimerRecord, TimerStore,
-                                     join_records)
+                                     is_column_claim, join_records)
 from rocks_timer.timer.wheel import WheelTimerStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,6 +82,7 @@ def test_claims_are_column_claims_only_where_declared(make_broker, clock, engine
     rest = broker.timer.claim_due(clock.now_ms(), 10, 1 << 20)
     assert len(claim) == 1 and len(rest) == 1
     assert isinstance(claim, ColumnClaim) is columns
+    assert is_column_claim(claim) is columns and is_column_claim(rest) is columns  # remembered
     joined = join_records([claim, rest])
     assert [r.key.msg_id for r in joined] == [claim[0].key.msg_id, rest[0].key.msg_id]
     if columns:  # the copies and keys the deliverer and the tally take, in record order
