@@ -265,5 +265,6 @@ class Message:
 
     @property
     def payload_size(self) -> int:
-        """body + properties + topic bytes: the payload unit of write amplification (DESIGN §13)."""
+        """body + properties + topic bytes: the payload unit of write amplification
+        before issue 29 (docs/WRITE_AMPLIFICATION.md, definitions)."""
         return len(self.body) + len(self.encoded_properties) + len(self.topic.encode("utf-8"))
