@@ -15,9 +15,9 @@ from rocks_timer.errors import InvalidArgumentError, RocksTimerError
 from rocks_timer.message import is_system_topic
 from rocks_timer.timer.handles import decode_handle
 
-from cli import bounds, ops_keys
-from cli.bounds import SCAN_PAGE, check_topic
-from cli.offsets import ConsumerOffsets, check_group
+from . import bounds, ops_keys
+from .bounds import SCAN_PAGE, check_topic
+from .offsets import ConsumerOffsets, check_group
 
 STATS_PENDING_LIMIT = 200_000  # entries walked to count pending per topic
 PENDING_BY_TOPIC = "stats: pending by topic"  # a failure kind of Broker.health
@@ -191,6 +191,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "set_aside_export": set_aside_export, "set_aside_restore": set_aside_restore,
     "lost_list": lost_list, "lost_accept": lost_accept,
 }
+
 OPS.update(ops_keys.OPS)
 
 

@@ -228,14 +228,12 @@ class Message:
         fields.update(changes)
         return Message(**fields)
 
-    def routed_copy(self, properties: dict[str, str], appended: bytes, msg_id: str,
-                    born_ms: int | None) -> "Message":
+    def extended(self, properties: dict[str, str], appended: bytes, msg_id: str,
+                  born_ms: int | None) -> "Message":
         """This message with ``properties``: its own entries, in order, followed by new ones
         whose names are not TAGS, KEYS or UNIQ_KEY unless ``msg_id`` is the new UNIQ_KEY, and
-        whose encoded form is ``appended``. The routing fast path's copy (``routing``, which
-        checked all that): nothing is re-validated or re-encoded, so only a caller that holds
-        those promises may use it (tests/broker/test_routing_fast.py holds it equal to
-        ``copy``)."""
+        whose encoded form is ``appended``. The routing fast path's copy: nothing to
+        re-validate or re-encode (tests/test_routing_fast.py holds it equal to ``copy``)."""
         new = object.__new__(Message)
         fields = new.__dict__
         fields.update(self.__dict__)
@@ -267,5 +265,6 @@ class Message:
 
     @property
     def payload_size(self) -> int:
-        """body + properties + topic bytes: the payload unit of write amplification (DESIGN §13)."""
+        """body + properties + topic bytes: the payload unit of write amplification
+        before issue 29 (docs/WRITE_AMPLIFICATION.md, definitions)."""
         return len(self.body) + len(self.encoded_properties) + len(self.topic.encode("utf-8"))

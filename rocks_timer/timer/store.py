@@ -293,8 +293,8 @@ class TimerStore(Protocol):
     def count_by_topic(self, max_entries: int) -> tuple[dict[str, int], bool]:
         """Pending messages per topic, and whether the count is complete: at most
         ``max_entries`` looked at (False and a partial count past that). Default: pending
-        entries walked in due order through ``scan``; an engine with a cheaper walk (RocksDB:
-        keys only) overrides it."""
+        entries walked in due order through ``scan``; an engine that keeps exact per-topic
+        counters (RocksDB) overrides it and answers complete whatever the bound."""
         counts: dict[str, int] = {}
         after, seen = None, 0
         while seen < max_entries:

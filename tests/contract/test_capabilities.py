@@ -54,8 +54,11 @@ def test_optional_capabilities_answer_on_every_engine(make_broker, clock, engine
     assert report["problems"] == []
     assert report["pending"] == 3
     assert timer.count_by_topic(100) == ({"a": 2, "b": 1}, True)
-    partial, complete = timer.count_by_topic(2)
-    assert not complete and sum(partial.values()) == 2
+    counts, complete = timer.count_by_topic(2)
+    if engine.startswith("rocksdb"):  # exact per-topic counters: complete whatever the bound
+        assert (counts, complete) == ({"a": 2, "b": 1}, True)
+    else:  # the default walk stops at the bound and says so
+        assert not complete and sum(counts.values()) == 2
     assert timer.set_aside() == []
     assert timer.restore_set_aside(None, clock.now_ms()) == {"restored": [], "refused": []}
     offset = timer.enqueue_offset()

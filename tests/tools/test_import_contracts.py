@@ -15,11 +15,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("rocks_timer", "legacy_levels", "cli", "bench", "spark")
 LINT = Path(sys.executable).parent / "lint-imports"
-# the RocksDB engine's modules import store.py for type hints while it imports them; the same
-# ten edges .importlinter ignores, removed when the engine parts land (issue 27 part 1)
-PENDING_ENGINE_EDGES = {(f"rocks_timer.timer.rocksdb.{name}", "rocks_timer.timer.rocksdb.store")
-                        for name in ("claim", "complete", "keyindex", "layout", "maint", "opening",
-                                     "reclaim", "recovery", "reschedule", "setaside")}
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess:
@@ -42,6 +37,10 @@ def test_every_import_contract_is_kept():
     ("rocks_timer/proxy/convert.py", "import rocks_timer.message_store", "Pop and the fronts"),
     ("bench/common.py", "import spark.report", "bench never imports spark"),
     ("rocks_timer/timer/keys.py", "from rocks_timer.timer import tally", "No import circles"),
+    ("rocks_timer/timer/rocksdb/claims.py",
+     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+     "    from rocks_timer.timer.rocksdb.store import RocksTimerStore",
+     "Nothing imports the RocksDB store module"),
 ])
 def test_a_seeded_violation_breaks_its_contract(tmp_path, module, line, contract):
     """The same configuration on a copy of the code with one bad import added: the run fails
@@ -111,14 +110,11 @@ def _cycles(graph: grimp.ImportGraph, skip: set[tuple[str, str]]) -> list[list[s
 
 def test_no_module_import_circle_type_checking_imports_included():
     graph = _graph()
-    # grimp sees imports under `if TYPE_CHECKING:` (this one is only there)
-    details = graph.get_import_details(importer="rocks_timer.timer.rocksdb.claim",
-                                       imported="rocks_timer.timer.rocksdb.store")
-    assert details, "the TYPE_CHECKING import of the store is no longer seen (or gone: drop it)"
-    stale = sorted(edge for edge in PENDING_ENGINE_EDGES
-                   if not graph.direct_import_exists(importer=edge[0], imported=edge[1]))
-    assert stale == [], "gone: remove them from PENDING_ENGINE_EDGES and .importlinter"
-    assert _cycles(graph, PENDING_ENGINE_EDGES) == []
+    # grimp sees imports under `if TYPE_CHECKING:` (RepairReport is imported only there)
+    details = graph.get_import_details(importer="rocks_timer.timer.rocksdb.store",
+                                       imported="rocks_timer.timer.rocksdb.recovery")
+    assert any("import RepairReport" in d["line_contents"] for d in details), details
+    assert _cycles(graph, set()) == []
 
 
 def test_the_cycle_finder_finds_every_circle_and_skips_only_what_it_is_told():
