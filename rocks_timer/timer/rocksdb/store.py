@@ -209,16 +209,15 @@ class RocksTimerStore:
             self._check_open()
             raw_keys, values, key_dues, handles = encode_schedule(
                 records, self._claims.low_watermark_ms(), self.config.timer_compress_threshold)
-            if vlog is not None and not retire and len(raw_keys) == 1:
+            if len(raw_keys) == 1 and not retire:
                 message = records[0].message
-                if not message.keys and self._writer.send_one_vlog(
+                if not message.keys and self._writer.send_one(
                         raw_keys[0], values[0], (message.queue_id, len(message.body),
                                                  message.tags), key_dues[0], now_ms):
                     return [Scheduled(handles[0], key_dues[0])]
             olds = self._old_values(raw_keys)
             changes, added = self.key_index.schedule_changes(raw_keys, records, olds, key_dues)
-            txn = self._writer.begin()
-            txn.index = changes
+            txn = self._writer.begin(changes)
             txn.pending = added
             if retire:
                 txn.retire_set_aside([raw for raw, _ in retire], list(retire_index_entries))
