@@ -12,7 +12,7 @@ built until asked for. ``batch.bodies()`` slices the bodies out of the buffer, `
 :class:`PulledMessage` view whose properties are decoded when first read, and
 ``batch.messages()`` builds the same ``Message`` objects ``decode_record`` gives (what
 ``Broker.pull`` returns). Before this, ``pull`` read and decoded each record on its own (a
-pread, a CRC, a property decode and a ``Message`` per message, ~13 µs each).
+pread, a CRC, a property decode and a ``Message`` per message; docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 
