@@ -1,4 +1,4 @@
-"""The fault matrix (DESIGN §6, §9; issue 13): for each log and state file of a data dir and each
+"""The fault matrix (ARCHITECTURE §4, §7; issue 13): for each log and state file of a data dir and each
 fault (torn tail, flipped byte in the middle, missing file, truncated middle file, wrong size,
 permissions), what is kept, what is reported and the exit status of ``rtimer check``.
 
