@@ -1,5 +1,5 @@
-"""The fault matrix (ARCHITECTURE §4, §7; issue 13): for each log and state file of a data dir and each
-fault (torn tail, flipped byte in the middle, missing file, truncated middle file, wrong size,
+"""The fault matrix (ARCHITECTURE §4, §7; issue 13): for each log and state file of a data dir and
+each fault (torn tail, flipped byte in the middle, missing file, truncated middle file, wrong size,
 permissions), what is kept, what is reported and the exit status of ``rtimer check``.
 
 Every row builds a real data dir with small files (three CommitLog segments, four ConsumeQueue
