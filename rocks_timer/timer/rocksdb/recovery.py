@@ -1,4 +1,4 @@
-"""``rtimer repair`` for the RocksDB timer store (DESIGN §6c, issue 30).
+"""``rtimer repair`` for the RocksDB timer store (ARCHITECTURE §9, issue 30).
 
 What it does, in order:
 
@@ -379,7 +379,7 @@ class StoreRepair:
         rows: dict[int, list] = {}
         for key, (seg_id, offset, length, info) in scan.live.items():
             if cursor and key < cursor:
-                continue  # delivered for good (DESIGN §6: nothing pending below the cursor)
+                continue  # delivered for good (ARCHITECTURE §4: nothing pending below the cursor)
             if isinstance(info, str):
                 self.report.lost.append(self._lost(salvage, key, None, f"its value-segment "
                                                    f"record does not decode: {info}"))
