@@ -1,0 +1,59 @@
+"""The documents hold together: every relative link in README.md, docs/*.md and tests/README.md
+reaches a file of the repository (and, with an anchor, a heading of it)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
+DOCS = [ROOT / "README.md", ROOT / "tests" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", lambda m: "_" if m.group(0) == "_" else "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = path.read_text(encoding="utf-8")
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # a '#' in a code block is no heading
+    found: set[str] = set(re.findall(r'<a id="([^"]+)"', text))
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", text, re.M):
+        base = slug(heading)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        found.add(base if n == 0 else f"{base}-{n}")
+    return found
+
+
+def links(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(encoding="utf-8"), flags=re.S)
+    return [a or b for a, b in LINK.findall(text)]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_reaches_a_file_and_heading(doc):
+    broken = []
+    for target in links(doc):
+        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        name, _, anchor = target.partition("#")
+        dest = (doc.parent / name).resolve() if name else doc
+        if not dest.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target}: no heading with that anchor")
+    assert not broken, f"{doc.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_the_slugs_are_githubs():
+    assert slug("8. The engines and their rooms") == "8-the-engines-and-their-rooms"
+    assert slug("Durability modes (issue 13)") == "durability-modes-issue-13"
+    assert slug("The real Apache RocketMQ 5.5.1 beside rtimer (issue 29)") == \
+        "the-real-apache-rocketmq-551-beside-rtimer-issue-29"
+    assert slug("The `vlog` layout") == "the-vlog-layout"
