@@ -296,7 +296,7 @@ def _route_common(msg: Message, now_ms: int, config: BrokerConfig, delay_ms: int
             appended += f"{TIMER_DELIVER_MS}\x01{text}\x02".encode()
     if len(encoded) + len(appended) > MAX_PROPERTIES_SIZE:
         return None
-    return Route(kind, msg._extended(new_props, appended, msg_id, born_ms), due_ms)
+    return Route(kind, msg.extended(new_props, appended, msg_id, born_ms), due_ms)
 
 
 def route_reference(msg: Message, *, now_ms: int, config: BrokerConfig,
