@@ -1,5 +1,7 @@
 """The documents hold together: every relative link in README.md, docs/*.md and tests/README.md
-reaches a file of the repository (and, with an anchor, a heading of it)."""
+reaches a file of the repository (and, with an anchor, a heading of it), and no document or
+source file sends the reader to a document outside the repository (docs/ARCHITECTURE.md took
+over what those said)."""
 from __future__ import annotations
 
 import re
@@ -10,6 +12,11 @@ import pytest
 ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
 DOCS = [ROOT / "README.md", ROOT / "tests" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
+# documents that lived outside the repository, and the ways code and docs used to cite them
+OUTSIDE = re.compile(r"\bDESIGN(\.md\b| ?§| \d)|REFERENCE[- ]|ROCKETMQ-SEMANTICS|/work/shared"
+                     r"|RocketMQ §\d")
+SKIP_DIRS = {".git", "build", "dist", "node_modules", "target", "results", "__pycache__"}
+SOURCE_SUFFIXES = {".py", ".md", ".c", ".h", ".toml", ".java", ".js", ".cfg", ".ini"}
 
 
 def slug(heading: str) -> str:
@@ -57,3 +64,36 @@ def test_the_slugs_are_githubs():
     assert slug("The real Apache RocketMQ 5.5.1 beside rtimer (issue 29)") == \
         "the-real-apache-rocketmq-551-beside-rtimer-issue-29"
     assert slug("The `vlog` layout") == "the-vlog-layout"
+
+
+def _sources() -> list[Path]:
+    found = []
+    for path in ROOT.rglob("*"):
+        parts = path.relative_to(ROOT).parts
+        if any(p in SKIP_DIRS or p.startswith(".venv") or p.endswith(".egg-info")
+               for p in parts):
+            continue
+        if path.is_file() and (path.suffix in SOURCE_SUFFIXES or path.name == "Makefile"):
+            found.append(path)
+    return found
+
+
+def test_nothing_cites_a_document_outside_the_repository():
+    here = Path(__file__).resolve()
+    hits = []
+    for path in _sources():
+        if path == here:
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace")
+                                 .splitlines(), 1):
+            if OUTSIDE.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:90]}")
+    assert not hits, "\n".join(hits)
+
+
+def test_the_outside_pattern_catches_the_old_citations():
+    for old in ("(DESIGN §6b)", "DESIGN 13)", "DESIGN.md", "REFERENCE §2(c)",
+                "/work/shared/REFERENCE-real-rocketmq.md", "(RocketMQ §2.11)"):
+        assert OUTSIDE.search(old), old
+    for fine in ("ARCHITECTURE §4", "docs/DECISIONS.md", "design choice", "DESIGNED"):
+        assert not OUTSIDE.search(fine), fine
