@@ -127,7 +127,8 @@ def test_commitlog_missing_middle_segment(tmp_path):
         assert broker.stats()["pending"] == PENDING
     code, out = rtimer_check(tmp_path)
     assert code == 1 and "segment 00000000000000098304 is missing" in out
-    assert f"{len(lost)} acknowledged message(s) lost" in out  # named: tests/test_commitlog_loss.py
+    # named: tests/faults/test_commitlog_loss.py
+    assert f"{len(lost)} acknowledged message(s) lost" in out
 
 
 def test_commitlog_truncated_middle_segment(tmp_path):

@@ -115,3 +115,20 @@ def test_every_file_architecture_names_exists():
     missing += [d for d in sorted(folders)
                 if not any(x == d[:-1] or x.endswith("/" + d[:-1]) for x in dirs)]
     assert not missing, f"docs/ARCHITECTURE.md names files that do not exist: {missing}"
+
+
+def test_every_file_a_document_or_comment_names_exists():
+    """Files move (the test folders, the engine's parts); a sentence that sends the reader to a
+    file ("tests/x/test_y.py holds the two equal", "reference: rocks_timer/x.py") must follow."""
+    here = Path(__file__).resolve()
+    missing = []
+    for path in _sources():
+        if path == here:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for name in sorted(set(re.findall(
+                r"\b(?:tests|rocks_timer|legacy_levels|cli|bench|spark)/[\w/]+\.(?:py|c|h)\b",
+                text))):
+            if not (ROOT / name).exists():
+                missing.append(f"{path.relative_to(ROOT)}: {name}")
+    assert not missing, "\n".join(missing)

@@ -59,7 +59,7 @@ from rocks_timer.timer.values import decode_value, peek_value
 
 log = logging.getLogger(__name__)
 # the recovery campaign kills a real ``rtimer repair`` at each of these points (SIGKILL to
-# itself when the variable names the point): tests/test_recovery_campaign.py
+# itself when the variable names the point): tests/faults/test_recovery_campaign.py
 KILL_AT_ENV = "RTIMER_REPAIR_KILL_AT"
 KILL_POINTS = ("copied", "salvaged", "built", "complete", "old-moved", "switched")
 

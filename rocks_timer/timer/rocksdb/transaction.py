@@ -151,8 +151,8 @@ class Writer:
                       now_ms: int) -> bool:
         """The common single send of the ``vlog`` layout (a new key, no KEYS, a body for a
         value segment): the writes :func:`schedule_values` makes for it, in the same order,
-        without a batch's bookkeeping (tests/test_schedule_single.py holds the two stores equal
-        byte for byte). False, having written nothing, for any other send."""
+        without a batch's bookkeeping (tests/engines/rocksdb/test_schedule_single.py holds the
+        two stores equal byte for byte). False, having written nothing, for any other send."""
         vlog, db = self.vlog, self.db
         if len(value) <= vlog.inline_max or db.timer.get(raw) is not None:
             return False
