@@ -197,10 +197,10 @@ def test_delivery_time_beyond_the_maximum_is_refused(broker, producer):
 
 
 def test_readme_snippet_runs(broker, clean_log, capsys):
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "FRONTS.md").read_text(encoding="utf-8")
     block = text.split("<!-- grpc-snippet:start -->", 1)[1].split("<!-- grpc-snippet:end -->")[0]
     code = block.split("```python", 1)[1].split("```", 1)[0]
-    exec(compile(code.replace("127.0.0.1:8081", broker.endpoint), "README.md", "exec"), {})
+    exec(compile(code.replace("127.0.0.1:8081", broker.endpoint), "FRONTS.md", "exec"), {})
     out = capsys.readouterr().out
     assert "received b'close order 42' attempt 1" in out, out
 

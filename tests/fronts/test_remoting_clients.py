@@ -185,9 +185,9 @@ def test_kill9_with_pending_level_and_timer_messages_loses_none(client, tmp_path
 
 
 def test_the_readme_python_snippet_runs(tmp_path):
-    """README's "Use it from a RocketMQ 4.x client" Python block, as written, against rtimer."""
+    """docs/FRONTS.md's "RocketMQ 4.x clients" Python block, as written, against rtimer."""
     need_python4()
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "FRONTS.md").read_text(encoding="utf-8")
     block = text.split("<!-- remoting-snippet:start -->", 1)[1].split(
         "<!-- remoting-snippet:end -->")[0]
     code = block.split("```python", 1)[1].split("```", 1)[0]

@@ -1,5 +1,5 @@
-"""Every ``rtimer`` command is documented: a docstring with an example, and a section in the
-README between the ``cli`` markers (sqlite-utils' test_docs habit)."""
+"""Every ``rtimer`` command is documented: a docstring with an example, and a section in
+docs/CLI.md between the ``cli`` markers (sqlite-utils' test_docs habit)."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,8 @@ import pytest
 
 from cli.main import cli
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").exists())
+CLI_DOC = ROOT / "docs" / "CLI.md"
 
 
 def all_commands(group: click.Group = cli, prefix: str = "") -> list[tuple[str, click.Command]]:
@@ -23,9 +24,9 @@ def all_commands(group: click.Group = cli, prefix: str = "") -> list[tuple[str, 
 
 
 def cli_section() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = CLI_DOC.read_text(encoding="utf-8")
     match = re.search(r"<!-- cli:start -->(.*)<!-- cli:end -->", text, re.S)
-    assert match, "README.md has no <!-- cli:start --> ... <!-- cli:end --> section"
+    assert match, "docs/CLI.md has no <!-- cli:start --> ... <!-- cli:end --> section"
     return match.group(1)
 
 
@@ -43,12 +44,12 @@ def test_command_has_a_docstring_with_an_example(name, command):
 
 
 @pytest.mark.parametrize("name", [name for name, _ in all_commands()])
-def test_command_is_in_the_readme(name):
+def test_command_is_in_the_cli_doc(name):
     section = cli_section()
-    assert f"### `rtimer {name}`" in section, f"README's CLI section lacks `rtimer {name}`"
+    assert f"### `rtimer {name}`" in section, f"docs/CLI.md lacks `rtimer {name}`"
     if name not in ("bench",):  # the group itself has no output of its own
         body = section.split(f"### `rtimer {name}`", 1)[1].split("### ", 1)[0]
-        assert "```" in body, f"README's `rtimer {name}` has no example block"
+        assert "```" in body, f"docs/CLI.md's `rtimer {name}` has no example block"
 
 
 def _documented_options() -> list[tuple[str, str]]:
@@ -58,17 +59,17 @@ def _documented_options() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("name,option", _documented_options(), ids=lambda v: v or "rtimer")
-def test_every_option_is_in_the_readme(name, option):
-    """An option is named in its command's README section, or (global options, and the
+def test_every_option_is_in_the_cli_doc(name, option):
+    """An option is named in its command's section of docs/CLI.md, or (global options, and the
     ``--json`` every listing command takes) in the part before the first command."""
     section = cli_section()
     shared = section.split("### ", 1)[0]
     own = section.split(f"### `rtimer {name}`", 1)[1].split("### ", 1)[0] if name else ""
     assert f"`{option}" in own or f"`{option}" in shared or f"{option} " in own, (
-        f"README's CLI section does not name `rtimer {name} {option}`")
+        f"docs/CLI.md does not name `rtimer {name} {option}`")
 
 
-def test_readme_documents_the_formats_and_the_running_broker():
+def test_cli_doc_documents_the_formats_and_the_running_broker():
     section = cli_section()
     for phrase in ("500ms", "7d", "1h30m", "ISO 8601", "UTC", "rtimer.sock", "0600",
                    "body_base64", "RTIMER_DATA_DIR"):

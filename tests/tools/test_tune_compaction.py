@@ -45,15 +45,18 @@ def test_compaction_cpu_is_read_from_the_histogram_or_reported_missing():
             return self.text
 
     class Timer:
-        pass
+        options = None
+
+        def statistics(self):
+            return self.options.get_statistics()
 
     class Broker:
         timer = Timer()
 
-    Broker.timer._db_options = Opts("rocksdb.compaction.times.cpu_micros P50 : 1.0 P95 : 2.0 "
+    Broker.timer.options = Opts("rocksdb.compaction.times.cpu_micros P50 : 1.0 P95 : 2.0 "
                                     "P99 : 2.0 P100 : 2.0 COUNT : 3 SUM : 2500000\n")
     assert tune.compaction_cpu(Broker) == (2.5, 3)
-    Broker.timer._db_options = Opts("rocksdb.bytes.written COUNT : 5\n")
+    Broker.timer.options = Opts("rocksdb.bytes.written COUNT : 5\n")
     assert tune.compaction_cpu(Broker) == (-1.0, -1)
 
 
