@@ -81,8 +81,8 @@ class Transaction:
         (``vlog``; nothing in ``inline``). Removal records are appended for them at stage
         time, except for deliveries: a rebuild knows those from the delivery cursor
         (``vlog/cursor``) and the CommitLog's stamped copies, and a removal record per segment
-        per delivery batch cost 14% of deliver/s at 2,000,000 month messages (DECISIONS,
-        issue 30)."""
+        per delivery batch cost deliveries too much (docs/BENCHMARKS.md, "What the
+        rebuildable index costs")."""
         if self.live is None:
             return
         dropped = drop_pointers(self.live, index_values)
