@@ -101,7 +101,7 @@ class Transaction:
         self.removed += 1
         self.corrupt_to = (self._writer.counts.corrupt if self.corrupt_to is None
                            else self.corrupt_to) + 1
-        if I.is_pointer(value):
+        if self.live is not None and I.is_pointer(value):  # vlog: counted in its figures
             self.lost += 1
 
     def retire_set_aside(self, raw_keys: list[bytes], index_entries: list[bytes]) -> None:
