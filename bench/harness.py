@@ -16,6 +16,7 @@ Pure Python: no pyspark import (the Spark jobs call ``run_cell`` in their worker
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import resource
 import shutil
@@ -339,21 +340,29 @@ def _components(stats: dict[str, Any]) -> dict[str, int]:
 def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
              profile: str = "default", shard: int = 0, shards: int = 1, seed: int = 7,
              workdir: str | Path | None = None, *, keep: bool = False,
-             after: Any = None, on_delivered: Any = None, keys: bool = False) -> dict[str, Any]:
+             after: Any = None, on_delivered: Any = None, keys: bool = False,
+             config_changes: dict[str, Any] | None = None, delay_divisor: int = 1,
+             rate_per_s: int | None = None) -> dict[str, Any]:
     """Run one cell and return its row (see ``COLUMNS``). ``on_delivered(broker, row)`` runs
     once everything is delivered, before the final flush and compaction; ``after(broker, row)``
     after them, while the broker is still open (the tuning script times empty scans there).
     ``keys``: every message carries a unique business key (KEYS), so the row shows what the
-    key index costs (payload includes the KEYS property)."""
+    key index costs (payload includes the KEYS property).
+    ``config_changes`` override the cell's BrokerConfig; ``delay_divisor`` k divides every delay
+    (and the simulated steps follow the short workloads') and ``rate_per_s`` sets the send
+    pacing: together they run the scaled cell the real broker ran (bench/rocketmq/compare.py)."""
     profile = profile if engine == "rocksdb" else "-"
     config = cell_config(engine, workload, profile if engine == "rocksdb" else "default")
+    if config_changes:
+        config = dataclasses.replace(config, **config_changes).validate()
     base = Path(workdir) if workdir else DEFAULT_WORKDIR
     base.mkdir(parents=True, exist_ok=True)
     fstype = filesystem_type(base)
     if fstype in MEMORY_FS:
         raise ValueError(f"{base} is on {fstype}; write amplification needs a real disk")
     root = base / f"{engine}-{workload}-{profile}-s{shard}of{shards}-{uuid.uuid4().hex[:8]}"
-    wl = Workload(workload, messages, body_size, seed).shard(shard, shards)
+    wl = Workload(workload, messages, body_size, seed, delay_divisor=delay_divisor,
+                  **({"rate_per_s": rate_per_s} if rate_per_s else {})).shard(shard, shards)
     clock = ManualClock(T0_MS)
     io_before = read_proc_io()
     started = time.perf_counter()
@@ -362,7 +371,8 @@ def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
     try:
         cell = _Cell(engine, wl, broker, clock, keys)
         row["rss_before_open_bytes"] = peak_rss_bytes()  # the workload's own lists included
-        complete = _drive(cell, workload, config.timer_precision_ms)
+        complete = _drive(cell, "short" if delay_divisor > 1 else workload,
+                          config.timer_precision_ms)
         cell.sample_disk()
         if on_delivered is not None:
             on_delivered(broker, row)
