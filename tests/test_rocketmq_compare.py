@@ -119,3 +119,23 @@ def test_the_scaled_wheel_model_cell_rolls_month_messages_like_the_real_cell(tmp
     # 8-slot window: nearly every message rolls several times, as in the real scaled cell
     assert row["rolls"] > 400
     assert row["sim_ms"] < 10 * 60_000
+
+
+def test_spark_rows_are_set_beside_the_latest_compare_row_of_the_same_cell():
+    from spark.real_check import agreement
+    rows = [{"kind": "wa", "engine": "rocketmq-wheel", "workload": "short", "messages": 200,
+             "wa_physical": 5.0, "rolls": 0, "run_started": "old"},
+            {"kind": "wa", "engine": "rocketmq-wheel", "workload": "short", "messages": 200,
+             "wa_physical": 4.0, "rolls": 0, "run_started": "new"},
+            {"kind": "wa", "engine": "rtimer", "workload": "short", "messages": 200,
+             "wa_physical": 2.0, "rolls": 0}]
+    summary = [{"engine": "rocketmq-wheel", "workload": "short", "messages": "200",
+                "wa_physical": "4.2", "rolls": "0"},
+               {"engine": "rocksdb", "workload": "short", "messages": "200",
+                "wa_physical": "2.1", "rolls": "0"},
+               {"engine": "rocketmq-rocksdb", "workload": "day", "messages": "200",
+                "wa_physical": "4.5", "rolls": "0"}]
+    got = agreement(summary, rows)
+    assert len(got) == 1
+    assert got[0]["wa_compare"] == 4.0 and got[0]["compare_run"] == "new"
+    assert got[0]["difference"] == 0.05
