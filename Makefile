@@ -7,11 +7,17 @@ STAMP  := $(VENV)/.installed
 .PHONY: test demo venv clean peers rocketmq faketime browser prometheus remoting-clients \
 	java-remoting-client rocketmq4-venv js-remoting-client rocketmq-setup rocketmq-compare
 
+# The dev venv: the library and `rtimer` installed editable with every extra the suite and the
+# tools need (`spark`: pyspark and the dataframe/plotting stack), and the checkout itself on the
+# path (rocks_timer_checkout.pth), so its tools run as `python -m bench.x`, `python -m spark.x`,
+# `python -m cli.main` from any directory; `pip install .` installs none of those three
+# (docs/DECISIONS.md "Packaging").
 $(STAMP): pyproject.toml setup.py $(wildcard rocks_timer/_native/*.c rocks_timer/_native/*.h)
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,grpc]'
+	$(PY) -m pip install --quiet -e '.[dev,grpc,spark]'
+	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rocks_timer_checkout.pth"
 	touch $(STAMP)
 
 venv: $(STAMP)

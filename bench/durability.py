@@ -1,4 +1,4 @@
-"""What each durability mode costs (DESIGN §5 ``flush_disk_type``): sends per second through
+"""What each durability mode costs (``flush_disk_type``, ARCHITECTURE §4): sends per second through
 ``Broker.send`` on a running broker (``start()``, so the async mode's periodic flush runs in the
 background as it would in production), and timer deliveries per second.
 

@@ -1,4 +1,5 @@
-"""One measured benchmark cell: a fresh broker, one workload (or shard), simulated time (DESIGN §13).
+"""One measured benchmark cell: a fresh broker, one workload (or shard), simulated time
+(docs/WRITE_AMPLIFICATION.md, definitions).
 
 ``run_cell`` opens a Broker in its own directory on a real disk (never tmpfs) with a
 ManualClock, sends the workload at its send rate, cancels what the workload cancels, advances
@@ -62,7 +63,7 @@ COLUMNS = ("engine", "workload", "profile", "messages", "body_size", "shard", "s
            "peak_rss_bytes", "layout", "workdir", "keys")
 
 
-# properties a broker or client adds: overhead, never payload (DESIGN §13, issue 29)
+# properties a broker or client adds: overhead, never payload (WRITE_AMPLIFICATION.md, issue 29)
 _ADDED_PROPERTIES = frozenset({UNIQ_KEY, DELAY, TIMER_DELIVER_MS, "TIMER_DELAY_MS",
                                "TIMER_DELAY_SEC", "REAL_TOPIC", "REAL_QID"})
 

@@ -3,7 +3,7 @@
     python -m bench.index_sim --messages 10000000 --workload month --variants level,universal \\
         --workdir /work/index-sim --out bench/results/index-sim
 
-In the ``vlog`` layout RocksDB holds only the index (DESIGN §6b): key + pointer record. This
+In the ``vlog`` layout RocksDB holds only the index (ARCHITECTURE §8): key + pointer record. This
 replays a workload's index writes the way the store makes them, with the same keys and pointer
 records, and nothing else: one WriteBatch of puts per simulated second of sends (1,000
 messages), deletes of the due keys in due order (batches of 1,000), a range delete below the

@@ -1,4 +1,5 @@
-"""Gigabyte-scale write amplification of one store per cell (issue `vlog`, DESIGN §13).
+"""Gigabyte-scale write amplification of one store per cell (issue `vlog`;
+definitions in docs/WRITE_AMPLIFICATION.md).
 
 Each (workload, profile) cell runs ``bench.harness.run_cell`` with one shard, in its own child
 process, so its peak RSS (``ru_maxrss``) is the cell's alone. Rows go to

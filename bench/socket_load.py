@@ -1,4 +1,4 @@
-"""Load on the running broker's Unix socket (DESIGN §15): a connection flood and a stream of junk
+"""Load on the running broker's socket (ARCHITECTURE §4): a connection flood and a stream of junk
 lines, while normal clients keep calling it. Loopback only (a Unix socket), bounded in
 connections, bytes and time.
 

@@ -58,8 +58,8 @@ def _scan_latency(broker, row: dict[str, Any], suffix: str) -> None:
 
 def compaction_cpu(broker) -> tuple[float, int]:
     """(seconds, compactions) from the store's statistics histogram, or (-1, -1)."""
-    options = getattr(broker.timer, "_db_options", None)
-    text = options.get_statistics() if options is not None else None
+    statistics = getattr(broker.timer, "statistics", None)  # the RocksDB engine's dump
+    text = statistics() if statistics is not None else None
     match = _CPU.search(text or "")
     if not match:
         return -1.0, -1

@@ -1,4 +1,5 @@
-"""Seeded, shardable, named workloads for the write-amplification and tuning benchmarks (DESIGN §13).
+"""Seeded, shardable, named workloads for the write-amplification and tuning benchmarks
+(docs/WRITE_AMPLIFICATION.md, definitions).
 
 A workload is a deterministic stream of ``SendOp``: operation i is sent ``send_ms`` = i / rate
 after the start of the run (simulated time ``t0``; producers send at a steady ``rate_per_s``,

@@ -1,1 +1,1 @@
-"""The ``rtimer`` command line: a thin click layer over :mod:`rocks_timer` (DESIGN §12)."""
+"""The ``rtimer`` command line: a thin click layer over :mod:`rocks_timer` (docs/CLI.md)."""

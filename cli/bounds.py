@@ -1,5 +1,5 @@
 """The bounds of every op's arguments, one table for both ways in: the CLI's options and the
-running broker's socket (DESIGN §15: a socket request is held to the same limits as the CLI).
+running broker's socket (ARCHITECTURE §4: a socket request is held to the same limits as the CLI).
 
 :func:`check` refuses an unknown argument name, a value of the wrong type, or a number out of
 its range, with an :class:`~rocks_timer.errors.InvalidArgumentError` naming the argument, the

@@ -9,10 +9,10 @@ from typing import Any
 
 import click
 
-from cli import grpc_front, metrics_front, remoting_front, render
-from cli.durations import InputError, format_ms, parse_time_ms
-from cli.session import Settings, call, call_read_only
-from cli.remote import BrokerSocketServer, socket_path
+from . import grpc_front, metrics_front, remoting_front, render
+from .durations import InputError, format_ms, parse_time_ms
+from .session import Settings, call, call_read_only
+from .remote import BrokerSocketServer, socket_path
 
 
 @click.command()
@@ -244,8 +244,12 @@ def _forward(module_name: str, argv: tuple[str, ...]) -> None:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise click.ClickException(f"{module_name} is not available in this install: {exc}"
-                                   ) from None
+        # bench/ and spark/ are tools of the checkout, not installed by `pip install rocks-timer`
+        raise click.ClickException(
+            f"{module_name} is not available in this install ({exc}): `rtimer bench` runs the "
+            "repository's benchmark tools, so run it from a rocks-timer checkout set up with "
+            "`make venv` (which installs the `spark` extra: pyspark, pandas, pyarrow, matplotlib)"
+        ) from None
     entry: Any = getattr(module, "main", None)
     if entry is None:
         raise click.ClickException(f"{module_name} has no main(argv)")

@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from cli import render
-from cli.session import Settings, call, call_read_only
+from . import render
+from .session import Settings, call, call_read_only
 
 
 @click.group("set-aside")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from cli import render
-from cli.durations import DURATION_HELP, TIME_HELP, InputError, parse_duration_ms, parse_time_ms
-from cli.session import Settings, call
+from . import render
+from .durations import DURATION_HELP, TIME_HELP, InputError, parse_duration_ms, parse_time_ms
+from .session import Settings, call
 
 
 @click.command()

@@ -12,11 +12,11 @@ from typing import Any, Iterator
 
 import click
 
-from cli import ops, render
-from cli.durations import (DURATION_HELP, TIME_HELP, InputError, parse_bound_ms,
+from . import ops, render
+from .durations import (DURATION_HELP, TIME_HELP, InputError, parse_bound_ms,
                            parse_duration_ms, parse_time_ms)
-from cli.session import Settings, call
-from cli.remote import BrokerClient, BrokerSocketServer
+from .session import Settings, call
+from .remote import BrokerClient, BrokerSocketServer
 
 BODY_RULE = ("Bodies print as UTF-8 text; in --json, `body` is the text and, when the body is "
              "not valid UTF-8, `body_base64` carries the exact bytes.")

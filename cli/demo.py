@@ -22,9 +22,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rocks_timer import Broker, Message, SystemClock
 from rocks_timer.message import DELAY, TIMER_DELAY_MS
 
-from cli.demo_report import DemoLedger, render_summary
-from cli.durations import DURATION_HELP, InputError, parse_duration_ms
-from cli.session import Settings
+from .demo_report import DemoLedger, render_summary
+from .durations import DURATION_HELP, InputError, parse_duration_ms
+from .session import Settings
 
 MIN_DELAY_MS = 2_000
 SEND_BATCH = 500

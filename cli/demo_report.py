@@ -13,8 +13,8 @@ from rich.table import Table
 from rocks_timer import Message, SendResult
 from rocks_timer.message import TIMER_DELIVER_MS
 
-from cli.durations import format_duration_ms
-from cli.render import size
+from .durations import format_duration_ms
+from .render import size
 
 ROUTE_LABELS = {"timer": "timer", "level": "levels 1-3", "immediate": "immediate"}
 

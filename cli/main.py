@@ -13,8 +13,8 @@ import click
 
 from rocks_timer.errors import RocksTimerError
 
-from cli import cmd_broker, cmd_damage, cmd_keys, cmd_messages, demo
-from cli.session import ENGINES, LOCK_WAIT_S, Settings
+from . import cmd_broker, cmd_damage, cmd_keys, cmd_messages, demo
+from .session import ENGINES, LOCK_WAIT_S, Settings
 
 
 class RtimerGroup(click.Group):

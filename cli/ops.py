@@ -15,8 +15,8 @@ from rocks_timer.errors import InvalidArgumentError, RocksTimerError
 from rocks_timer.message import is_system_topic
 from rocks_timer.timer.handles import TOPIC_PATTERN, decode_handle
 
-from cli import bounds
-from cli.offsets import ConsumerOffsets, check_group
+from . import bounds
+from .offsets import ConsumerOffsets, check_group
 
 SCAN_PAGE = 1_000
 STATS_PENDING_LIMIT = 200_000  # entries walked to count pending per topic
@@ -211,7 +211,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "lost_list": lost_list, "lost_accept": lost_accept,
 }
 
-from cli import ops_keys  # noqa: E402 - it imports check_topic and SCAN_PAGE from here
+from . import ops_keys  # noqa: E402 - it imports check_topic and SCAN_PAGE from here
 
 OPS.update(ops_keys.OPS)
 

@@ -9,7 +9,7 @@ from rocks_timer import Broker, InvalidMessageError
 from rocks_timer.timer.handles import decode_handle
 from rocks_timer.timer.histogram import MAX_DAYS
 
-from cli.ops import SCAN_PAGE, check_topic
+from .ops import SCAN_PAGE, check_topic
 
 MAX_FIND = 1_000_000
 

@@ -21,7 +21,7 @@ from typing import Any
 from rocks_timer import Broker, errors
 from rocks_timer.errors import RocksTimerError, StoreClosedError
 
-from cli import ops
+from . import ops
 
 log = logging.getLogger(__name__)
 SOCKET_NAME = "rtimer.sock"
@@ -79,7 +79,7 @@ class _Handler(socketserver.BaseRequestHandler):
 class BrokerSocketServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     """Owns the socket of one running broker: answers requests with :data:`cli.ops.OPS`.
 
-    Bounded (DESIGN §15): at most ``max_connections`` clients, each on its own thread; when a
+    Bounded (ARCHITECTURE §4): at most ``max_connections`` clients, each on its own thread; when a
     new client arrives at the cap, the client idle the longest is closed (and told why) to make
     room, and if every client is in the middle of a request the newcomer is refused with one
     JSON line saying so. A client silent for ``idle_timeout_s`` is closed. Request bytes

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Sequence
 
 import click
 
-from cli.durations import format_ms
+from .durations import format_ms
 
 MiB = 1 << 20
 # What a terminal would act on rather than show: C0 and C1 controls and DEL (escape sequences,

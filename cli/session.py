@@ -22,8 +22,8 @@ from rocks_timer.errors import StoreLockedError
 from rocks_timer.private import hold_owner_only_umask, release_owner_only_umask
 from rocks_timer.readonly import ReadOnlyView
 
-from cli import ops
-from cli.remote import BrokerClient
+from . import ops
+from .remote import BrokerClient
 
 ENGINES = ("rocksdb", "wheel", "memory")
 # How long a command waits for a data dir another process holds: another short command (a

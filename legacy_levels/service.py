@@ -108,7 +108,7 @@ class ScheduleMessageService:
         with self._persist_lock:
             text = self.offsets.encode()
             # the offsets forget the messages before them: their delivered copies go to disk
-            # first (DESIGN §5), so a power cut can repeat a delivery but never lose one
+            # first (ARCHITECTURE §4), so a power cut can repeat a delivery but never lose one
             sync = getattr(self.store, "sync", None)
             if sync is not None:
                 sync()

@@ -1,4 +1,4 @@
-"""``Broker``: the facade a Python program uses (DESIGN §11).
+"""``Broker``: the facade a Python program uses (docs/LIBRARY.md).
 
 It owns the data directory (an exclusive lock file), the MessageStore (CommitLog + ConsumeQueues),
 the configured timer engine with its deliverer, and the legacy level service. ``tick()`` runs one
@@ -239,7 +239,7 @@ class Broker(KeyedOperations):
     def send(self, message: Message, *, delay_level: int | None = None, delay_ms: int | None = None,
              deliver_at_ms: int | None = None, deliver_at: dt.datetime | None = None
              ) -> SendResult:
-        """Store one message: at once, on a delay level, or in the timer engine (DESIGN §4)."""
+        """Store one message at once, on a delay level or in the timer engine (ARCHITECTURE §3)."""
         self._check_open()
         now_ms = self.clock.now_ms()
         routed = [route(message, now_ms=now_ms, config=self.config, delay_level=delay_level,
@@ -526,7 +526,7 @@ class Broker(KeyedOperations):
         with self._tick_lock:
             return check_broker(self)
 
-    # -- damage: set-aside messages and CommitLog loss (DESIGN §6c) ---------------------------
+    # -- damage: set-aside messages and CommitLog loss (ARCHITECTURE §9) -----------------------
     def set_aside(self) -> list[SetAsideMessage]:
         """Every set-aside (quarantined) timer message, named by msg_id, topic, keys (when its
         value decodes), due time and reason; never delivered until restored. Engines without

@@ -1,7 +1,7 @@
 """Group commit of durable puts: the CommitLog's fdatasync on a thread of its own.
 
 A durable put (the deliverer's: a timer store forgets a message only once its delivered copy is
-on disk, DESIGN §5) is done when the CommitLog is synced through it. Syncing on the writer's
+on disk, ARCHITECTURE §4) is done when the CommitLog is synced through it. Syncing on the writer's
 thread made every group wait for the disk before the next could be written, and, after each
 fdatasync, for the GIL held by the timer loop (up to the 5 ms switch interval): the writer, not
 the claim, bounded deliveries. Here the writer hands the written group's end offset and its

@@ -1,5 +1,5 @@
 """CommitLog loss: bytes of the CommitLog that are gone while something acknowledged points into
-them, and the messages those pointers name (DESIGN §9, issue #30).
+them, and the messages those pointers name (docs/ARCHITECTURE.md §7, issue #30).
 
 A torn tail (an incomplete last record that nothing points into) is not loss: it was never
 acknowledged and is cut. Everything else that is gone is loss and is named:

@@ -42,7 +42,7 @@ class BrokerConfig:
     timer_congest_num_each_slot: int = 2**31 - 1  # wheel flow control; RocketMQ's default: off
     rocksdb_profile: str = "blob"  # measured best for write amplification: docs/COMPACTION.md
     rocksdb_sync: bool = False
-    # vlog layout (DESIGN §6b): bodies in value segments, RocksDB keeps pointers
+    # vlog layout (docs/ARCHITECTURE.md §8): bodies in value segments, RocksDB keeps pointers
     rocksdb_layout: str = "vlog"  # for new stores; a store keeps the layout it was made with
     vlog_segment_bytes: int = 64 * MiB
     # encoded values up to this stay in the index only; 0: every body is in the value segments,

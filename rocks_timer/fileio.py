@@ -35,7 +35,7 @@ def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
 def create_durably(path, flags: int = os.O_RDWR, mode: int = 0o600) -> int:
     """Open ``path`` (with ``flags``), creating it when missing; returns the descriptor.
 
-    Durability by name (DESIGN §6c, docs/DECISIONS.md "Durability by name"): a file's fsync makes
+    Durability by name (ARCHITECTURE §4, DECISIONS.md "Durability by name"): a file's fsync makes
     its bytes durable, not its name; the name is durable once its directory has been fsynced
     after the create. So when this call creates the file, it fsyncs the directory before
     returning: every later fsync of the file's data then keeps a file that is found again after

@@ -228,7 +228,7 @@ class Message:
         fields.update(changes)
         return Message(**fields)
 
-    def _extended(self, properties: dict[str, str], appended: bytes, msg_id: str,
+    def extended(self, properties: dict[str, str], appended: bytes, msg_id: str,
                   born_ms: int | None) -> "Message":
         """This message with ``properties``: its own entries, in order, followed by new ones
         whose names are not TAGS, KEYS or UNIQ_KEY unless ``msg_id`` is the new UNIQ_KEY, and
@@ -265,5 +265,6 @@ class Message:
 
     @property
     def payload_size(self) -> int:
-        """body + properties + topic bytes: the payload unit of write amplification (DESIGN §13)."""
+        """body + properties + topic bytes: the payload unit of write amplification
+        before issue 29 (docs/WRITE_AMPLIFICATION.md, definitions)."""
         return len(self.body) + len(self.encoded_properties) + len(self.topic.encode("utf-8"))

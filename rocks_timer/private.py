@@ -1,4 +1,4 @@
-"""Owner-only data (DESIGN §15): every directory a broker creates is 0700, every file 0600.
+"""Owner-only data (ARCHITECTURE §4): every directory a broker creates is 0700, every file 0600.
 
 Three layers, because some files are created by code that takes no mode argument (RocksDB's
 C++ files: SSTs, WAL, MANIFEST, LOG; ``open(path, "w")`` in the small state files):

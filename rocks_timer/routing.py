@@ -1,4 +1,5 @@
-"""Validation and routing of a send: the one place that decides where a message goes (DESIGN §4).
+"""Validation and routing of a send: the one place that decides where a message goes
+(docs/ARCHITECTURE.md §3).
 
 1. ``DELAY`` > 0 wins: TIMER_* dropped, level clamped, stored on SCHEDULE_TOPIC_XXXX queue level-1.
 2. Otherwise the due time D comes from TIMER_DELAY_SEC, then TIMER_DELAY_MS, then TIMER_DELIVER_MS.
@@ -295,14 +296,14 @@ def _route_common(msg: Message, now_ms: int, config: BrokerConfig, delay_ms: int
             appended += f"{TIMER_DELIVER_MS}\x01{text}\x02".encode()
     if len(encoded) + len(appended) > MAX_PROPERTIES_SIZE:
         return None
-    return Route(kind, msg._extended(new_props, appended, msg_id, born_ms), due_ms)
+    return Route(kind, msg.extended(new_props, appended, msg_id, born_ms), due_ms)
 
 
 def route_reference(msg: Message, *, now_ms: int, config: BrokerConfig,
                     delay_level: int | None = None, delay_ms: int | None = None,
                     deliver_at_ms: int | None = None,
                     deliver_at: dt.datetime | None = None) -> Route:
-    """The routing rules written out plainly (DESIGN §4): the reference of :func:`route`."""
+    """The routing rules written out plainly (ARCHITECTURE §3): the reference of :func:`route`."""
     _validate(msg, config)
     props = dict(msg.properties)
     extra = scheduling_properties(delay_level, delay_ms, deliver_at_ms, deliver_at)

@@ -1,4 +1,5 @@
-"""Write amplification of the timer engines, one Spark task per measured cell (DESIGN §13).
+"""Write amplification of the timer engines, one Spark task per measured cell
+(definitions: docs/WRITE_AMPLIFICATION.md).
 
     python -m spark.wa_compare --workloads short,month --engines rocksdb,wheel \\
         --messages 20000 --out bench/results/wa

@@ -13,7 +13,7 @@ if str(ROOT) not in sys.path:
 
 from rocks_timer import Broker, BrokerConfig, ManualClock  # noqa: E402
 
-from engine_helpers import START_MS, engine_settings  # noqa: E402
+from tests.support.engine_helpers import START_MS, engine_settings  # noqa: E402
 
 
 @pytest.fixture

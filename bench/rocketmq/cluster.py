@@ -3,10 +3,10 @@
 The jars come from the Maven cache: ``make rocketmq`` resolves ``bench/rocketmq/pom.xml`` and
 writes the runtime classpath to ``bench/rocketmq/.classpath``. A :class:`RocketMQCluster` is two
 JVMs: the NameServer, and ``ProxyStartup -pm local`` which builds the broker inside its own JVM
-(one process to measure for broker + gRPC proxy: DESIGN §18). Every port is a free loopback port,
+(one process to measure for broker + gRPC proxy: BENCHMARKS.md). Every port is a free loopback port,
 the store is a scratch directory on a real disk, and the logs (RocketMQ's logback files and
 RocksDB's info LOG, both under ``user.home``) go to a separate directory so that their bytes can
-be counted apart from the store's (DESIGN §13).
+be counted apart from the store's (docs/WRITE_AMPLIFICATION.md).
 
 Engines (docs/DECISIONS.md "Real RocketMQ"): ``wheel`` is RocketMQ's defaults (the RIP-43 file
 wheel, ``timerWheelEnable=true``); ``rocksdb`` adds ``timerRocksDBEnable=true`` (RIP-82's

@@ -19,7 +19,7 @@ ones from ``bench/rocketmq/cluster.py``. Cells (docs/BENCHMARKS.md "The real Roc
   timestamp - due) and at the consumer (receive time - due); the consumer side is bounded by the
   Python client's receive+ack rate, which the table states.
 
-Payload = body + topic (the workload sets no user property; DESIGN §13). Run it under
+Payload = body + topic (the workload sets no user property; WRITE_AMPLIFICATION.md). Run it under
 ``flock /work/bench.lock``.
 """
 from __future__ import annotations

@@ -286,7 +286,7 @@ class BrokerCollector:
         yield fam
         fam, base = self._family(CounterMetricFamily, "rtimer_bytes_written_total",
                                  "Bytes written per component since start (logical, as each "
-                                 "part counts them; DESIGN 13)", extra=("engine", "component"))
+                                 "part counts them)", extra=("engine", "component"))
         for component, count in timer.get("bytes_written", {}).items():
             fam.add_metric(base + [engine, COMPONENTS.get(component, component)], count)
         fam.add_metric(base + [engine, "commitlog"], stats["commitlog"]["commitlog_bytes"])

@@ -4,7 +4,7 @@
 
 A thin room: every answer is built from the Broker's public figures at request time
 (:mod:`rocks_timer.metrics.collector`, :func:`dashboard_document`). Bounded as every other
-front (DESIGN 15): GET and HEAD only (anything else is answered 501 by ``http.server``), its
+front (ARCHITECTURE §4): GET and HEAD only (anything else is answered 501 by ``http.server``), its
 limits on a request (a 64 KiB request line, 100 headers; a body is never read), at most
 ``MAX_CONNECTIONS`` served at once (the others are answered 503), a read timeout per request.
 The static files ship inside the package; nothing is fetched from the network.

@@ -1,4 +1,4 @@
-"""The RocketMQ 5 gRPC front (DESIGN §14): ``apache.rocketmq.v2.MessagingService`` over a Broker,
+"""The RocketMQ 5 gRPC front (FRONTS.md): ``apache.rocketmq.v2.MessagingService`` over a Broker,
 so the official RocketMQ clients send, delay, recall, receive and ack against rocks-timer.
 
 No engine imports this package; it needs the ``grpc`` extra (grpcio, protobuf and the protocol

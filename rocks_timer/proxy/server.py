@@ -2,7 +2,7 @@
 
 The server is ``grpc.aio`` on a private event loop (one thread; Telemetry streams and long polls
 are cheap coroutines there), with the blocking broker calls on a small thread pool. It is bounded
-like every other way in (DESIGN §15): concurrent RPCs, in all and per client connection
+like every other way in (ARCHITECTURE §4): concurrent RPCs, in all and per client connection
 (``limits.PeerLimits``: one client cannot take every slot), request size (twice the maximum
 body plus room for properties; a body over the broker's maximum is answered
 MESSAGE_BODY_TOO_LARGE), idle connections, and every argument's range in the handlers. ``SO_REUSEPORT`` is off, so a second

@@ -82,7 +82,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, broker, pop: PopService, executor: Executor, endpoints: "pb.Endpoints",
                  queue_count: int = 1, metrics: bool = False, limits: PeerLimits | None = None):
         self.broker = broker
-        self.limits = limits or PeerLimits()  # per client connection (DESIGN §15)
+        self.limits = limits or PeerLimits()  # per client connection (ARCHITECTURE §4)
         self.pop = pop
         self.executor = executor
         self.endpoints = endpoints

@@ -1,4 +1,4 @@
-"""RocketMQ 4.x remoting front (DESIGN §16): ``rtimer run --remoting-listen HOST:PORT``.
+"""RocketMQ 4.x remoting front (docs/FRONTS.md): ``rtimer run --remoting-listen HOST:PORT``.
 
 A thin room over the Broker's public methods; no engine imports it.
 """

@@ -2,7 +2,7 @@
 RECALL_MESSAGE (370).
 
 A sent message becomes a library ``Message`` and goes through ``Broker.send_batch``, so routing is
-the library's (DESIGN §4): ``DELAY`` to the legacy levels, ``TIMER_*`` to the timer engine. A
+the library's (ARCHITECTURE §3): ``DELAY`` to the legacy levels, ``TIMER_*`` to the timer engine. A
 client's retry of a send (same topic and ``UNIQ_KEY``) is stored once (``RecentSends``, the gRPC
 front's dedup). Like a RocketMQ broker, a send to a retry topic whose ``reconsumeTimes`` passed
 the group's maximum goes to the group's dead-letter topic instead.

@@ -1,7 +1,7 @@
 """``RemotingFront``: serves RocketMQ's remoting protocol for one open Broker on its own thread.
 
 An asyncio server on a private event loop (held pulls are cheap coroutines there), with the
-blocking broker calls on a small thread pool. Bounded like every other way in (DESIGN §15):
+blocking broker calls on a small thread pool. Bounded like every other way in (ARCHITECTURE §4):
 connections, frame size (16 MiB, RocketMQ's), requests in progress per connection (past it a
 request answers SYSTEM_BUSY), idle time (a client heartbeats every 30 s), and the time a started
 frame may take to arrive. A frame that does not parse closes its connection only; every other

@@ -171,7 +171,7 @@ class Deliverer:
         if landed:
             self.health.recovered(DELIVER_PUT)
             if end is not None and self._forgets_on_complete:
-                # DESIGN §5: a store never forgets a message before its delivered copy is on
+                # ARCHITECTURE §4: a store never forgets a message before its delivered copy is on
                 # disk (a no-op in sync mode, where every group was fdatasync'd as written)
                 self.messages.sync(end)
             self.store.complete(join_records(landed), end)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.delivery import native_copies
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb import segments as S
+from rocks_timer.timer.rocksdb.vlog import segments as S
 
 try:
     from rocks_timer._native.codec import claim_batch as _native_claim

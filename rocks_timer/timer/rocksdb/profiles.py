@@ -153,7 +153,7 @@ def meta_options(meta_compaction: str) -> Options:
     before ``format.meta_compaction`` have it. ``universal`` (new stores): the due counters put
     a row per due second there, created by sends and deleted by deliveries in random order, so
     leveled compaction rewrote them again and again (2,000,000 month messages: 42 B a message
-    of compaction, 11 B universally, none with ``reclaim.META_FLUSH_EVERY``'s fewer flushes)."""
+    of compaction, 11 B universally, none with ``background.META_FLUSH_EVERY``'s fewer flushes)."""
     if meta_compaction == "level":
         return Options(raw_mode=True)
     if meta_compaction != "universal":

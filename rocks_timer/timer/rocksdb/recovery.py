@@ -40,7 +40,7 @@ import shutil
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rocksdict import AccessType, DBRecoveryMode, Options, Rdict, ReadOptions
 
@@ -50,15 +50,12 @@ from rocks_timer.errors import (CorruptRecordError, RocksTimerError, StoreIOErro
 from rocks_timer.fileio import fsync_dir
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb import segments as S
-from rocks_timer.timer.rocksdb.liveness import ARRIVAL, SEGMENT
+from rocks_timer.timer.rocksdb.vlog import segments as S
+from rocks_timer.timer.rocksdb.vlog.liveness import ARRIVAL, SEGMENT
 from rocks_timer.timer.rocksdb.opening import META_CF, TIMER_CF, rocks_error
-from rocks_timer.timer.rocksdb.vlog import CURSOR_FILE
+from rocks_timer.timer.rocksdb.vlog.valuelog import CURSOR_FILE
 from rocks_timer.timer.rocksdb.walscan import WalScan
 from rocks_timer.timer.values import decode_value, peek_value
-
-if TYPE_CHECKING:
-    from rocks_timer.timer.rocksdb.store import RocksTimerStore
 
 log = logging.getLogger(__name__)
 # the recovery campaign kills a real ``rtimer repair`` at each of these points (SIGKILL to
@@ -142,7 +139,7 @@ class StoreRepair:
     Receives the store class it opens results with and the configuration; owns the directories
     ``<path>.rebuild`` and ``<path>.before-repair-<n>``."""
 
-    def __init__(self, store_cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
+    def __init__(self, store_cls: Any, path: Path, config: BrokerConfig,
                  data_dir_in_use: bool = False, rebuild: bool = False) -> None:
         self.store_cls = store_cls
         self.path = Path(path)

@@ -246,7 +246,7 @@ class WheelTimerStore:
     def _flush_locked(self, now_ms: int) -> None:
         """CommitLog (the timer topic and the delivered copies), TimerLog, then wheel pages,
         then the checkpoint that points into all three: the checkpoint never moves past a
-        message whose delivered or rolled copy is not on disk yet (DESIGN §5)."""
+        message whose delivered or rolled copy is not on disk yet (ARCHITECTURE §4)."""
         st = self.state
         self.message_store.sync()
         flush_pos = self.timerlog.flush()
