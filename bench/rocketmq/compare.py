@@ -1,8 +1,14 @@
 """``python -m bench.rocketmq.compare``: rtimer beside the real Apache RocketMQ, one run, one table.
 
 Engines: ``rtimer`` (the RocksDB engine, its default ``vlog`` layout), ``rocketmq-wheel`` (the
-real file wheel, RIP-43) and ``rocketmq-rocksdb`` (the real RocksDB timeline, RIP-82), the real
-ones from ``bench/rocketmq/cluster.py``. Cells (docs/BENCHMARKS.md "The real RocketMQ"):
+real file wheel, RIP-43), ``rocketmq-rocksdb`` (the real RocksDB timeline, RIP-82) and
+``rocketmq-levels`` (the real 18 delay levels, ScheduleMessageService), the real ones from
+``bench/rocketmq/cluster.py``; and rtimer's own models of them: ``wheel`` (rtimer's file wheel run
+as the real wheel's scaled cell: same k, same roll window, 1 s precision, the real cells' send
+pace), ``wheel-full`` (rtimer's wheel at full scale with its defaults, as published before) and
+``levels`` (rtimer's levels with the real cell's scaled table). The level engines take only the
+``levels`` workload, the wheels and the timeline the others. Cells (docs/BENCHMARKS.md "The real
+Apache RocketMQ"):
 
 - **WA cells** (``short``, ``day``, ``month`` of ``bench/workloads.py``: same delays, same
   incompressible bodies, same counts). The real broker runs in real time with every delay
@@ -13,11 +19,15 @@ ones from ``bench/rocketmq/cluster.py``. Cells (docs/BENCHMARKS.md "The real Roc
   Bytes = the broker JVM's ``write_bytes`` (``/proc/<pid>/io``) from after start-up to then; its
   logs are on tmpfs and reported apart. rtimer's cell is ``bench.harness.run_cell`` (the same
   workload under a manual clock, in a child process: its whole ``/proc/self/io``).
-- **Timing cells** through the official Python client on every engine (rtimer behind ``rtimer
-  run --grpc-listen``): ``rate`` = messages due at 5,000 per second; ``burst`` = messages all due
-  in one second. Lateness is measured twice: at the broker (the delivered copy's store
-  timestamp - due) and at the consumer (receive time - due); the consumer side is bounded by the
-  Python client's receive+ack rate, which the table states.
+- **Timing cells** on rtimer, the two real timer engines and rtimer's wheel (``wheel``, behind
+  rtimer's fronts at 1 s precision). ``rate`` = messages due at 5,000 per second, through the
+  official Python client (rtimer behind ``rtimer run --grpc-listen``, RocketMQ behind its proxy);
+  ``burst`` = messages all due in one second, sent and consumed by the Java 4.9.8 client
+  (``java/BurstClient.java``: async sends, then a push consumer; rtimer behind ``rtimer run
+  --remoting-listen``, RocketMQ through its NameServer), until the last one is read. Lateness is
+  measured twice: at the broker (the delivered copy's store timestamp - due) and at the consumer
+  (receive time - due); the Python client bounds the rate cell's consumer side, which the table
+  states.
 
 Payload = body + topic (the workload sets no user property; WRITE_AMPLIFICATION.md). Run it under
 ``flock /work/bench.lock``.
