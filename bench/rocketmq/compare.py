@@ -654,6 +654,45 @@ def timing_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _parts(r: dict) -> tuple[int, int, int]:
+    """(CommitLog, ConsumeQueue, timer files) bytes of a row: the real broker's directory sizes
+    at the end of the cell, or the model's own counters (the same files, counted as written)."""
+    if r["engine"] in REAL:
+        return (r.get("commitlog_bytes", 0), r.get("consumequeue_bytes", 0),
+                r.get("timerlog_bytes", 0) + r.get("rocksdb_bytes", 0))
+    c = r.get("components", {})
+    commitlog = sum(c.get(k, 0) for k in ("cl_delivery", "cl_timer_topic", "cl_level_topic",
+                                          "cl_other"))
+    timer = sum(c.get(k, 0) for k in ("wheel_timerlog", "wheel_slots", "wheel_checkpoint"))
+    return commitlog, c.get("consumequeue", 0), timer
+
+
+def models_table(rows: list[dict]) -> str:
+    """rtimer's wheel and levels models beside the real engine they model, per workload: the
+    latest row of each (engine, workload, messages)."""
+    latest: dict[tuple, dict] = {}
+    for r in rows:
+        if r["engine"] in ("rocketmq-wheel", "rocketmq-levels", *MODELS):
+            latest[(r["workload"], r["engine"], r["messages"])] = r
+    head = ("| workload | engine | messages | scale k | WA (whole process) | rolls / message | "
+            "CommitLog B / message | ConsumeQueue B / message | timer files B / message | "
+            "written / (CommitLog + CQ + timer) | peak disk / live payload | run |")
+    lines = [head, "|" + "---|" * 12]
+    order = {"rocketmq-wheel": 0, "wheel": 1, "wheel-full": 2, "rocketmq-levels": 3, "levels": 4}
+    for (workload, engine, n), r in sorted(latest.items(), key=lambda kv: (
+            WA_WORKLOADS.index(kv[0][0]), kv[0][2], order[kv[0][1]])):
+        cl, cq, timer = _parts(r)
+        files = max(1, cl + cq + timer)
+        live = max(1, r.get("peak_live_payload", 0))
+        lines.append(
+            f"| {workload} | {engine} ({r.get('layout', '-')}) | {n:,} | {r.get('scale', 1)} | "
+            f"{r['wa_physical']:.2f} | {r.get('rolls', 0) / max(1, r['sent']):.2f} | "
+            f"{cl / max(1, r['sent']):,.0f} | {cq / max(1, r['sent']):,.0f} | "
+            f"{timer / max(1, r['sent']):,.0f} | {r['physical_bytes'] / files:.2f} | "
+            f"{r['peak_disk_bytes'] / live:.2f} | {r.get('run_started', '-')} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.rocketmq.compare", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -694,7 +733,9 @@ def main(argv: list[str] | None = None) -> int:
                 + "\n\n## Delivery timing (official Python client)\n\n"
                 + timing_table([r for r in rows if r["kind"] == "timing"])
                 + "\n\n## Burst due in one second (Java 4.9.8 client, consumed)\n\n"
-                + timing_table([r for r in rows if r["kind"] == "burst"]) + "\n")
+                + timing_table([r for r in rows if r["kind"] == "burst"])
+                + "\n\n## rtimer's models beside the real engines\n\n"
+                + models_table([r for r in rows if r["kind"] == "wa"]) + "\n")
         (args.out / "summary.md").write_text(text)
         print(text)
         return 0
@@ -747,7 +788,9 @@ def main(argv: list[str] | None = None) -> int:
             "## Write amplification\n\n" + wa_table(wa_rows) +
             "\n\n## Delivery timing (official Python client)\n\n" + timing_table(timing_rows) +
             "\n\n## Burst due in one second (Java 4.9.8 client, consumed)\n\n"
-            + timing_table(burst_rows) + "\n")
+            + timing_table(burst_rows)
+            + "\n\n## rtimer's models beside the real engines\n\n" + models_table(wa_rows)
+            + "\n")
     (args.out / "summary.md").write_text(text)
     print(text)
     return 0

@@ -139,3 +139,18 @@ def test_spark_rows_are_set_beside_the_latest_compare_row_of_the_same_cell():
     assert len(got) == 1
     assert got[0]["wa_compare"] == 4.0 and got[0]["compare_run"] == "new"
     assert got[0]["difference"] == 0.05
+
+
+def test_a_model_row_counts_its_commitlog_by_parts_in_the_models_table(tmp_path):
+    from bench.rocketmq.compare import models_table, rtimer_wa_cell
+    row = rtimer_wa_cell("month", 300, 256, workdir=tmp_path, engine="wheel")
+    assert row["layout"] == "rtimer's wheel model, scaled as the real cell" and row["scale"] == 21_600
+    assert row["complete"] and row["rolls"] > 300
+    commitlog = sum(row["components"][k] for k in ("cl_delivery", "cl_timer_topic", "cl_other"))
+    # every message is written at least twice (timer topic, then its real topic) and rolls add
+    assert commitlog > 2 * 300 * 256
+    table = models_table([dict(row, kind="wa")])
+    line = next(l for l in table.splitlines() if "rtimer's wheel model" in l)
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1].startswith("wheel (") and cells[2] == "300"
+    assert int(cells[6].replace(",", "")) == round(commitlog / 300)
