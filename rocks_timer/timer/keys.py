@@ -25,7 +25,7 @@ import struct
 
 from rocks_timer.errors import CorruptRecordError, InvalidMessageError
 from rocks_timer.message import msg_id_bytes
-from rocks_timer.routing import MAX_KEY_BYTES, validate_key
+from rocks_timer.names import MAX_KEY_BYTES, validate_key
 from rocks_timer.timer.store import TimerKey
 
 DUE = struct.Struct(">Q")

@@ -52,8 +52,9 @@ from rocks_timer.timer.rocksdb.transaction import Writer, schedule_values
 from rocks_timer.timer.rocksdb.vlog import ValueLog, gc
 from rocks_timer.timer.rocksdb.vlog.syncer import sync_segments
 from rocks_timer.timer.schedule_codec import encode_schedule
-from rocks_timer.timer.store import (DueRecord, KeyCancel, Rescheduled, ScanPage, Scheduled,
-                                     StoreStats, TimerKey, TimerRecord, new_scheduled)
+from rocks_timer.timer.store import (Compacting, DueRecord, KeyCancel, Rescheduled, ScanPage,
+                                     Scheduled, StoreStats, TimerKey, TimerRecord, TimerStore,
+                                     new_scheduled)
 
 if TYPE_CHECKING:
     from rocks_timer.timer.rocksdb.recovery import RepairReport
@@ -72,7 +73,7 @@ def _raw_of(handle: str) -> bytes:
         raise InvalidHandleError(f"handle {handle!r} names no possible key: {exc}") from None
 
 
-class RocksTimerStore:
+class RocksTimerStore(TimerStore, Compacting):
     """Owns one RocksDB directory holding pending timer messages, the delivery cursor, the
     reconcile checkpoint and the set-aside (quarantined) values, through its parts: ``db``
     (the database), ``key_index`` (business keys, due and topic counters) and private ones

@@ -82,8 +82,8 @@ class Transaction:
         (``vlog``; nothing in ``inline``). Removal records are appended for them at stage
         time, except for deliveries: a rebuild knows those from the delivery cursor
         (``vlog/cursor``) and the CommitLog's stamped copies, and a removal record per segment
-        per delivery batch cost 14% of deliver/s at 2,000,000 month messages (DECISIONS,
-        issue 30)."""
+        per delivery batch cost deliveries too much (docs/BENCHMARKS.md, "What the
+        rebuildable index costs")."""
         if self.live is None:
             return
         dropped = drop_pointers(self.live, index_values)
@@ -151,8 +151,8 @@ class Writer:
                       now_ms: int) -> bool:
         """The common single send of the ``vlog`` layout (a new key, no KEYS, a body for a
         value segment): the writes :func:`schedule_values` makes for it, in the same order,
-        without a batch's bookkeeping (tests/test_schedule_single.py holds the two stores equal
-        byte for byte). False, having written nothing, for any other send."""
+        without a batch's bookkeeping (tests/engines/rocksdb/test_schedule_single.py holds the
+        two stores equal byte for byte). False, having written nothing, for any other send."""
         vlog, db = self.vlog, self.db
         if len(value) <= vlog.inline_max or db.timer.get(raw) is not None:
             return False
