@@ -32,8 +32,8 @@ from bench.workloads import SPECS, Workload
 from rocks_timer.broker import Broker
 from rocks_timer.clock import ManualClock
 from rocks_timer.config import BrokerConfig
-from rocks_timer.message import (DELAY, SCHEDULE_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY,
-                                 WHEEL_TIMER_TOPIC, Message, encode_properties)
+from rocks_timer.message import (DELAY, SCHEDULE_TOPIC, TIMER_DELAY_MS, TIMER_DELIVER_MS,
+                                 UNIQ_KEY, WHEEL_TIMER_TOPIC, Message, encode_properties)
 
 T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 ENGINES = ("rocksdb", "wheel", "levels", "memory")
@@ -246,6 +246,11 @@ class _Cell:
         body = self.wl.body(op)
         if self.engine == "levels":
             props = {DELAY: str(op.level)}
+        elif self.wl.delay_divisor > 1:
+            # a scaled cell replays the real broker's plan, whose delays are relative to the
+            # send (TIMER_DELAY_MS): a delay shorter than the clock's step still goes through
+            # the timer, as it does on the real broker
+            props = {TIMER_DELAY_MS: str(op.delay_ms)}
         else:
             props = {TIMER_DELIVER_MS: str(T0_MS + op.due_ms)}
         keys = (f"order-{op.msg_id[:12]}",) if self.keys else ()

@@ -154,3 +154,15 @@ def test_a_model_row_counts_its_commitlog_by_parts_in_the_models_table(tmp_path)
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[1].startswith("wheel (") and cells[2] == "300"
     assert int(cells[6].replace(",", "")) == round(commitlog / 300)
+
+
+def test_a_scaled_model_cell_sends_relative_delays_so_every_message_goes_through_the_timer(
+        tmp_path):
+    settings = model_settings("wheel", "short")
+    settings.pop("scale")
+    row = run_cell("wheel", "short", 300, 64, workdir=tmp_path, **settings)
+    # short delays / 30 are often under the clock's 1 s step; sent as TIMER_DELAY_MS (as the real
+    # plan is) each still takes the timer topic once, then its real topic once
+    assert row["complete"] and row["cl_timer_topic"] > 0
+    per_record = row["cl_delivery"] / 300
+    assert abs(row["cl_timer_topic"] / 300 - per_record) < 0.1 * per_record
