@@ -510,7 +510,7 @@ class Broker(KeyedOperations):
     def _flush_loop(self) -> None:
         """Async mode: flush every ``flush_interval_ms`` on a thread of its own, so the timer
         loop never waits for the disk to take what producers sent (a flush after a burst of
-        sends took 60 ms for 100,000 messages, stalling the first deliveries)."""
+        sends stalled the first deliveries; docs/BENCHMARKS.md)."""
         interval_ms = self.config.flush_interval_ms
         wait_ms = interval_ms
         while not self._stopping.wait(wait_ms / 1000):

@@ -5,14 +5,14 @@ returns every record in one ``bytes`` (``blob``), an index row per record that p
 checks ``decode_record`` makes, and the entries it could not read (not in the log any more, or
 corrupt). It is the native ``read_records`` (``rocks_timer/_native/consume.c``: merged preads
 and CRC checks with the GIL released) when it was built, else :func:`read_records_py`, its
-reference; tests/test_consume_native.py holds the two byte for byte equal.
+reference; tests/log/test_consume_native.py holds the two byte for byte equal.
 
 :class:`PulledBatch` is what a consumer gets (``Broker.pull_batch``): nothing per message is
 built until asked for. ``batch.bodies()`` slices the bodies out of the buffer, ``batch[i]`` is a
 :class:`PulledMessage` view whose properties are decoded when first read, and
 ``batch.messages()`` builds the same ``Message`` objects ``decode_record`` gives (what
 ``Broker.pull`` returns). Before this, ``pull`` read and decoded each record on its own (a
-pread, a CRC, a property decode and a ``Message`` per message, ~13 µs each).
+pread, a CRC, a property decode and a ``Message`` per message; docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 

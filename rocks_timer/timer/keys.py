@@ -108,11 +108,6 @@ def decode_key(raw: bytes) -> TimerKey:
     return TimerKey(DUE.unpack_from(raw)[0], topic, raw[-MSG_ID_SIZE:].hex().upper())
 
 
-def key_topic_bytes(raw: bytes) -> bytes:
-    """The topic's UTF-8 bytes of a raw timer key (no check: the key came from the index)."""
-    return raw[DUE_SIZE + 1:len(raw) - MSG_ID_SIZE]
-
-
 def topic_count_key(topic: bytes) -> bytes:
     return META_TOPIC_COUNT_PREFIX + topic
 

@@ -1,4 +1,4 @@
-"""The recovery fault campaign (issue 30, DESIGN §6c): RocksDB-level faults on both layouts.
+"""The recovery fault campaign (issue 30, ARCHITECTURE §9): RocksDB-level faults on both layouts.
 
 Each row seeds a data dir in a real child process that sends, delivers, cancels and
 reschedules, then is killed with SIGKILL (so the index's newest entries are only in RocksDB's

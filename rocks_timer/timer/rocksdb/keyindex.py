@@ -182,6 +182,19 @@ class KeyIndex:
         topics = self.topics.stage(changes.topics, batch) if changes.topics else None
         return due, topics
 
+    def stage_new(self, raw: bytes, due_ms: int, batch: WriteBatch) -> tuple | None:
+        """:meth:`stage` of one new key without KEYS (the single send), for
+        :meth:`commit_new`."""
+        if not self.enabled:
+            return None
+        return (self.due.stage_one(due_ms, batch),
+                self.topics.stage_one(raw[K.DUE_SIZE + 1:-K.MSG_ID_SIZE], batch))
+
+    def commit_new(self, staged: tuple | None) -> None:
+        if staged is not None:
+            self.due.commit(staged[0])
+            self.topics.commit(staged[1])
+
     def stage_retired(self, entries: Iterable[bytes], batch: WriteBatch) -> None:
         """Delete index entries of set-aside rows put back (left dangling by the set-aside)."""
         keys_h = self._db.meta_h

@@ -1,4 +1,4 @@
-"""``rtimer repair`` for the RocksDB timer store (DESIGN §6c, issue 30).
+"""``rtimer repair`` for the RocksDB timer store (ARCHITECTURE §9, issue 30).
 
 What it does, in order:
 
@@ -59,7 +59,7 @@ from rocks_timer.timer.values import decode_value, peek_value
 
 log = logging.getLogger(__name__)
 # the recovery campaign kills a real ``rtimer repair`` at each of these points (SIGKILL to
-# itself when the variable names the point): tests/test_recovery_campaign.py
+# itself when the variable names the point): tests/faults/test_recovery_campaign.py
 KILL_AT_ENV = "RTIMER_REPAIR_KILL_AT"
 KILL_POINTS = ("copied", "salvaged", "built", "complete", "old-moved", "switched")
 
@@ -376,7 +376,7 @@ class StoreRepair:
         rows: dict[int, list] = {}
         for key, (seg_id, offset, length, info) in scan.live.items():
             if cursor and key < cursor:
-                continue  # delivered for good (DESIGN §6: nothing pending below the cursor)
+                continue  # delivered for good (ARCHITECTURE §4: nothing pending below the cursor)
             if isinstance(info, str):
                 self.report.lost.append(self._lost(salvage, key, None, f"its value-segment "
                                                    f"record does not decode: {info}"))

@@ -3,10 +3,10 @@
 The RocksDB engine moves a pending message whose value does not decode, or whose value-segment
 record is damaged, short, missing or holds another key, out of the ``timer`` column family into
 ``corrupt`` (key and index value byte for byte, ``Transaction.set_aside``). It is never delivered and
-never dropped: it stays there until an operator decides (DESIGN §6c). This module names each one
-by message and exports what can be read of it; listing and export read only, so they run on a
-live store and on a ``ReadOnlyView`` alike. ``restore`` puts back (live store only) what decodes
-now, in the same WriteBatch as the schedule that re-indexes it.
+never dropped: it stays there until an operator decides (ARCHITECTURE §9). This module names
+each one by message and exports what can be read of it; listing and export read only, so they
+run on a live store and on a ``ReadOnlyView`` alike. ``restore`` puts back (live store only)
+what decodes now, in the same WriteBatch as the schedule that re-indexes it.
 
 The timer key always survives (it is the row's key): msg_id, topic and due time are known for
 every set-aside message. KEYS, tags and the body are known when the value decodes; the reason is

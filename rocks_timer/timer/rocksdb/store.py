@@ -210,16 +210,15 @@ class RocksTimerStore(TimerStore, Compacting):
             self._check_open()
             raw_keys, values, key_dues, handles = encode_schedule(
                 records, self._claims.low_watermark_ms(), self.config.timer_compress_threshold)
-            if vlog is not None and not retire and len(raw_keys) == 1:
+            if len(raw_keys) == 1 and not retire:
                 message = records[0].message
-                if not message.keys and self._writer.send_one_vlog(
+                if not message.keys and self._writer.send_one(
                         raw_keys[0], values[0], (message.queue_id, len(message.body),
                                                  message.tags), key_dues[0], now_ms):
                     return [Scheduled(handles[0], key_dues[0])]
             olds = self._old_values(raw_keys)
             changes, added = self.key_index.schedule_changes(raw_keys, records, olds, key_dues)
-            txn = self._writer.begin()
-            txn.index = changes
+            txn = self._writer.begin(changes)
             txn.pending = added
             if retire:
                 txn.retire_set_aside([raw for raw, _ in retire], list(retire_index_entries))
@@ -299,11 +298,11 @@ class RocksTimerStore(TimerStore, Compacting):
             self._counts.note_scan_skipped(corrupt)
         return ScanPage(entries, resume_handle(resume))
 
-    def count_by_topic(self, max_keys: int = 0, page: int = 2_000
+    def count_by_topic(self, max_entries: int = 0, page: int = 2_000
                        ) -> tuple[dict[str, int], bool]:
         """Pending keys per topic (in-flight ones included until completed), from the exact
-        per-topic counters the key index keeps: O(topics), always complete. ``max_keys`` and
-        ``page`` are kept for callers of the old walk and no longer bound anything."""
+        per-topic counters the key index keeps: O(topics), complete whatever ``max_entries``
+        (nothing is walked; ``page``, the walk's old step, is accepted and unused)."""
         with self._lock:
             self._check_open()
             return self.key_index.topic_counts(), True

@@ -9,6 +9,7 @@ counter is held in memory from the open on; a counter that reaches 0 is deleted.
 from __future__ import annotations
 
 import logging
+import operator
 from collections import Counter
 from typing import Any, Iterable
 
@@ -19,13 +20,14 @@ from rocks_timer.timer.rocksdb.scan import check_iterator
 
 log = logging.getLogger(__name__)
 PREFIX = K.META_TOPIC_COUNT_PREFIX
-# the topic's bytes of a raw timer key (due, topic length, topic, 16-byte msg id), as one C call
-topic_of = K.key_topic_bytes
+# the topic's bytes of a raw timer key (due, topic length, topic, 16-byte msg id), as one C
+# call per key: a delivery batch counts thousands
+topic_of = operator.itemgetter(slice(K.DUE_SIZE + 1, -K.MSG_ID_SIZE))
 
 
 def topic_deltas(raws: Iterable[bytes], sign: int) -> dict[bytes, int]:
     """topic bytes -> ``sign`` x the number of keys of ``raws`` in it."""
-    counts = Counter(raw[K.DUE_SIZE + 1:-K.MSG_ID_SIZE] for raw in raws)
+    counts = Counter(map(topic_of, raws))
     return {topic: sign * n for topic, n in counts.items()} if sign != 1 else dict(counts)
 
 
@@ -67,6 +69,7 @@ class TopicCounters:
     def __init__(self, meta: Any, meta_h: Any) -> None:
         self._meta_h = meta_h
         self._counts = read_stored(meta)
+        self._names: dict[bytes, bytes] = {}  # topic -> its counter's key (built once)
         self.underflows = 0
 
     def close(self) -> None:
@@ -77,7 +80,7 @@ class TopicCounters:
         """Put the counters ``deltas`` (topic bytes -> +n/-n) change into ``batch``; returns
         the new values for :meth:`commit`. A count below zero (only a key written behind the
         store's back; ``check`` reports it) is logged and kept at 0."""
-        counts, meta_h = self._counts, self._meta_h
+        counts, meta_h, names = self._counts, self._meta_h, self._names
         new: dict[bytes, int] = {}
         for topic, delta in deltas.items():
             if not delta:
@@ -88,11 +91,23 @@ class TopicCounters:
                 self.underflows += 1
                 value = 0
             new[topic] = value
+            name = names.get(topic)
+            if name is None:
+                name = names[topic] = PREFIX + topic
             if value:
-                batch.put(PREFIX + topic, K.pack_count(value), meta_h)
+                batch.put(name, value.to_bytes((value.bit_length() + 7) // 8, "big"), meta_h)
             else:
-                batch.delete(PREFIX + topic, meta_h)
+                batch.delete(name, meta_h)
         return new
+
+    def stage_one(self, topic: bytes, batch: WriteBatch) -> dict[bytes, int]:
+        """:meth:`stage` of one new key of ``topic`` (the single send)."""
+        value = self._counts.get(topic, 0) + 1
+        name = self._names.get(topic)
+        if name is None:
+            name = self._names[topic] = PREFIX + topic
+        batch.put(name, value.to_bytes((value.bit_length() + 7) // 8, "big"), self._meta_h)
+        return {topic: value}
 
     def commit(self, new: dict[bytes, int]) -> None:
         counts = self._counts

@@ -15,8 +15,8 @@ A failed write applies nothing: memory still matches the disk. Every write site 
 one, claim's set-aside, completion, cancel, cancel by key, reconcile, reschedule, relocation,
 restore of set-aside messages) goes through here; so to change what a cancel does to the due
 counters, change ``IndexChanges.removed`` (keyindex.py) or ``DueCounters.stage`` (duecount.py),
-never a write site. The single send of the ``vlog`` layout has its own short path
-(:func:`send_one_vlog`), the same order without a batch's bookkeeping.
+never a write site. The single send of a new key has its own short path
+(:meth:`Writer.send_one`), the same order without a batch's bookkeeping.
 """
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ from typing import Iterable
 
 from rocksdict import WriteBatch
 
-from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb.counts import Counts
 from rocks_timer.timer.rocksdb.database import Database
@@ -41,10 +40,10 @@ class Transaction:
     __slots__ = ("batch", "index", "live", "pending", "corrupt_to", "reconcile", "removed",
                  "lost", "vlog_counters", "_writer")
 
-    def __init__(self, writer: "Writer") -> None:
+    def __init__(self, writer: "Writer", index: IndexChanges | None = None) -> None:
         self._writer = writer
         self.batch = WriteBatch(raw_mode=True)
-        self.index = IndexChanges()
+        self.index = IndexChanges() if index is None else index
         self.live: Changes | None = Changes() if writer.vlog is not None else None
         self.pending = 0  # pending keys added (+) or removed (-)
         self.corrupt_to: int | None = None  # the new set-aside count, when it changes
@@ -82,8 +81,8 @@ class Transaction:
         (``vlog``; nothing in ``inline``). Removal records are appended for them at stage
         time, except for deliveries: a rebuild knows those from the delivery cursor
         (``vlog/cursor``) and the CommitLog's stamped copies, and a removal record per segment
-        per delivery batch cost 14% of deliver/s at 2,000,000 month messages (DECISIONS,
-        issue 30)."""
+        per delivery batch cost deliveries too much (docs/BENCHMARKS.md, "What the
+        rebuildable index costs")."""
         if self.live is None:
             return
         dropped = drop_pointers(self.live, index_values)
@@ -102,7 +101,7 @@ class Transaction:
         self.removed += 1
         self.corrupt_to = (self._writer.counts.corrupt if self.corrupt_to is None
                            else self.corrupt_to) + 1
-        if I.is_pointer(value):
+        if self.live is not None and I.is_pointer(value):  # vlog: counted in its figures
             self.lost += 1
 
     def retire_set_aside(self, raw_keys: list[bytes], index_entries: list[bytes]) -> None:
@@ -144,31 +143,36 @@ class Writer:
                  vlog: ValueLog | None) -> None:
         self.db, self.counts, self.keys, self.vlog = db, counts, keys, vlog
 
-    def begin(self) -> Transaction:
-        return Transaction(self)
+    def begin(self, index: IndexChanges | None = None) -> Transaction:
+        """A transaction; ``index``: the key index changes collected beforehand, if any."""
+        return Transaction(self, index)
 
-    def send_one_vlog(self, raw: bytes, value: bytes, fields: tuple, due_ms: int,
-                      now_ms: int) -> bool:
-        """The common single send of the ``vlog`` layout (a new key, no KEYS, a body for a
-        value segment): the writes :func:`schedule_values` makes for it, in the same order,
-        without a batch's bookkeeping (tests/test_schedule_single.py holds the two stores equal
-        byte for byte). False, having written nothing, for any other send."""
+    def send_one(self, raw: bytes, value: bytes, fields: tuple, due_ms: int,
+                 now_ms: int) -> bool:
+        """The common single send (a new key without KEYS): the writes the batch path makes
+        for it, in the same order, without a batch's bookkeeping; in ``vlog`` a body above
+        ``vlog_inline_max_bytes`` goes to its value segment first
+        (tests/engines/rocksdb/test_schedule_single.py holds the two paths' stores equal byte
+        for byte). False, having written nothing, when the key is stored already."""
         vlog, db = self.vlog, self.db
-        if len(value) <= vlog.inline_max or db.timer.get(raw) is not None:
-            return False
-        blob_len, seg_id, pointer = vlog.append_one(raw, value, due_ms, now_ms, fields)
+        if db.timer.get(raw) is not None:
+            return False  # a retry: the batch path knows what it replaces
         batch = WriteBatch(raw_mode=True)
-        batch.put(raw, pointer, db.timer_h)
-        new_live = vlog.stage({seg_id: (1, blob_len)}, batch)
-        changes = IndexChanges()
-        changes.deltas[due_ms] = 1
-        changes.topics[raw[K.DUE_SIZE + 1:-K.MSG_ID_SIZE]] = 1
-        new_index = self.keys.stage(changes, batch)
-        staged = self.counts.stage(batch, db.meta_h, 1, None, None)
+        new_live = None
+        if vlog is not None and len(value) > vlog.inline_max:
+            blob_len, seg_id, pointer = vlog.append_one(raw, value, due_ms, now_ms, fields)
+            batch.put(raw, pointer, db.timer_h)
+            new_live = vlog.stage({seg_id: (1, blob_len)}, batch)
+        else:
+            batch.put(raw, value, db.timer_h)
+        keys, counts = self.keys, self.counts
+        new_index = keys.stage_new(raw, due_ms, batch)
+        staged = counts.stage(batch, db.meta_h, 1, None, None)
         db.write(batch)
-        vlog.commit(new_live)
-        self.keys.commit(changes, new_index)
-        self.counts.apply(staged, 0, None)
+        if new_live is not None:
+            vlog.commit(new_live)
+        keys.commit_new(new_index)
+        counts.apply(staged, 0, None)
         return True
 
 

@@ -46,8 +46,8 @@ class TimerWheel:
         self._mm = mmap.mmap(self._fd, self.file_size, access=mmap.ACCESS_WRITE)
         # No readahead: the dequeue walks slots in time order, so the kernel would read ahead
         # into large page-cache folios, and a 32-byte slot update would then dirty (and write
-        # back) the whole folio: 26 KiB per update instead of 4 KiB, measured on this kernel
-        # (docs/WRITE_AMPLIFICATION.md).
+        # back) the whole folio, several times a page per update on this kernel (measured:
+        # docs/BENCHMARKS.md, "Figures the code's comments rest on").
         self._mm.madvise(mmap.MADV_RANDOM)
         self._dirty: set[int] = set()
         self.bytes_flushed = 0

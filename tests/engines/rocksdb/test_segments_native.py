@@ -1,4 +1,4 @@
-"""The native value-segment parser gives exactly what its Python reference gives (DESIGN §1:
+"""The native value-segment parser gives exactly what its Python reference gives (ARCHITECTURE §1:
 every C hot path beside its Python reference, checked byte for byte)."""
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from tests.support.rocks_support import (BIG, T0, layout, open_store,  # noqa: F
                                         raw_timer_put, rec)
 from rocks_timer import BrokerConfig, ConfigError
 from rocks_timer.timer import keys as K
+from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.store import TimerKey
 
 
@@ -73,10 +74,15 @@ def test_a_set_aside_value_leaves_its_topic_count_and_a_restore_puts_it_back(tmp
     store.close()
     bad = K.encode_key(TimerKey(T0 + 101, "a", f"{1:032X}"))
     raw_timer_put(path, bad, b"\x01\x00garbage")
+    # a damaged value whose first byte is a pointer's version (inline: not a pointer at all)
+    looks_like_a_pointer = K.encode_key(TimerKey(T0 + 102, "a", f"{2:032X}"))
+    raw_timer_put(path, looks_like_a_pointer, bytes((I.POINTER_VERSION,)) + b"short")
     store = open_store(inline_small, path=path)
     store.complete(store.claim_due(T0 + 1000, 100, BIG), None)
-    assert exact(store) == {} and store.stats().extra["corrupt"] == 1
+    assert exact(store) == {} and store.stats().extra["corrupt"] == 2
     assert store.check()["problems"] == []
+    store.restore_set_aside(None, T0)  # neither decodes: both refused, nothing changes
+    assert exact(store) == {} and store.check()["problems"] == []
 
 
 def test_check_names_a_wrong_topic_counter_and_a_rebuild_mends_it(open_store, tmp_path):

@@ -1,4 +1,4 @@
-"""The ``vlog`` layout of the RocksDB engine (DESIGN §6b): value segments, liveness, release,
+"""The ``vlog`` layout of the RocksDB engine (ARCHITECTURE §8): value segments, liveness, release,
 one-shot relocation, and containment of damaged segment bytes. Real RocksDB, real files."""
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def test_a_retry_of_a_message_being_delivered_keeps_the_counts_exact(path):
         store.schedule([rec(1, T0 + 50, body=body(1))], T0)
         [claimed] = store.claim_due(T0 + 50, 10, BIG)
         # the producer's retry lands behind the cursor: its key is clamped to a new due time
-        # (DESIGN §6), so it is a new pending copy, counted once
+        # (ARCHITECTURE §4), so it is a new pending copy, counted once
         store.schedule([rec(1, T0 + 50, body=body(1))], T0)
         store.complete([claimed], None)
         assert store.pending_count() == 1

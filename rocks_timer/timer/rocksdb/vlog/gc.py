@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb.vlog.liveness import ARRIVAL, Changes, Segment, day_of
+from rocks_timer.timer.rocksdb.vlog.liveness import ARRIVAL, Segment, day_of
 from rocks_timer.timer.rocksdb.vlog.segments import iter_records
 from rocks_timer.timer.rocksdb.vlog.valuelog import ValueLog
 

@@ -1,4 +1,4 @@
-"""The liveness table of the ``vlog`` layout's value segments (DESIGN §6b): a segment's row
+"""The liveness table of the ``vlog`` layout's value segments (ARCHITECTURE §8): a segment's row
 (``Segment``, stored as ``SEGMENT`` in ``meta`` under ``vlog.seg.<id>``), the changes a
 WriteBatch makes to the rows (``Changes``), and the delay classes that decide which arrival
 segment a body goes to (:mod:`rocks_timer.timer.rocksdb.vlog` owns the files and the table).

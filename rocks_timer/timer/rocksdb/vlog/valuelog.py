@@ -1,5 +1,5 @@
 """The value log of the ``vlog`` layout: segment files, their liveness table, appends, reads,
-prefetch hints and release (DESIGN §6b).
+prefetch hints and release (ARCHITECTURE §8).
 
 Liveness lives in ``meta`` under ``vlog.seg.<id>`` (``liveness.SEGMENT``) and changes only inside
 the WriteBatch of the schedule, cancel, delivery, reconcile or relocation that changes it: the
@@ -417,7 +417,7 @@ class ValueLog:
     def unlink(self, segs: list[Segment]) -> None:
         """Close and delete the files of detached segments; the directory is fsynced after, so
         an unlink a power cut would undo never outlives the row forgotten next (a file back
-        without its row would hold records no index knows, DESIGN §6c)."""
+        without its row would hold records no index knows, ARCHITECTURE §9)."""
         for seg in segs:
             if seg.file is not None:
                 seg.file.close()
