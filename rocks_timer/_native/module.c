@@ -45,6 +45,8 @@ static PyMethodDef methods[] = {
      "Timer values to prepared CommitLog records (TIMER_OUT_MS, TIMER_DEQUEUE_MS added), or None."},
     {"read_records", read_records, METH_VARARGS,
      "A consumer's page: ConsumeQueue entries' CommitLog records read and checked into one buffer."},
+    {"client_records", client_records, METH_VARARGS,
+     "A pulled page's records in the V1 layout 4.x clients decode (body CRC, hosts set)."},
     {"delivery_tally", delivery_tally, METH_VARARGS,
      "A delivered batch's topics, lateness sum and histogram counts, and early count."},
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},
