@@ -133,6 +133,7 @@ prometheus:
 	  "not installing it (sudo apt-get install -y prometheus)"; fi
 
 test: $(STAMP) peers rocketmq browser prometheus remoting-clients
+	$(VENV)/bin/lint-imports --no-cache  # the import contracts (.importlinter), under a second
 	$(PY) -m pytest -q
 
 demo: $(STAMP)

@@ -158,7 +158,8 @@ class RocksTimerSystem:
     def prepare(self, n: int, tag: str) -> list[Message]:
         """The messages, with their property strings encoded (cached in each message's
         ``__dict__``): made in the timed loop, those 100,000s of new dicts, created after the
-        collector was settled, took 7 full collections (23% of a batch phase)."""
+        collector was settled, cost the batch phase full collections (docs/BENCHMARKS.md,
+        bench.peers)."""
         pool = self.pool
         messages = [Message(self.topic, pool[i % len(pool)]) for i in range(n)]
         for message in messages:

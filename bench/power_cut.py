@@ -11,8 +11,8 @@ CommitLog and TimerLog rolls, periodic flushes, segment releases and relocations
 :func:`check_cut` asks: nothing acknowledged (``sync``) or flushed (``async``) lost, no
 acknowledged cancel delivered, nothing early, nothing delivered twice by the RocksDB engine,
 nothing left pending, ``check`` clean after the reopen and at the end, no damage reported and
-nothing set aside. tests/test_power_cut.py runs the same workload with fewer cuts; this sweeps
-more seeds and denser cut points and writes ``bench/results/power_cut.json``.
+nothing set aside. tests/faults/test_power_cut.py runs the same workload with fewer cuts; this
+sweeps more seeds and denser cut points and writes ``bench/results/power_cut.json``.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A model of what a power cut keeps of a data dir: the strict POSIX model (used by
-``bench.power_cut`` and tests/test_power_cut.py; never by the broker itself).
+``bench.power_cut`` and tests/faults/test_power_cut.py; never by the broker itself).
 
 The model is the one RocksDB's own fault-injection tests use (``FaultInjectionTestFS``):
 

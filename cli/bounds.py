@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rocks_timer.errors import InvalidArgumentError
+from rocks_timer.errors import InvalidArgumentError, InvalidMessageError
+from rocks_timer.timer.handles import TOPIC_PATTERN
+
+SCAN_PAGE = 1_000  # entries a listing reads per library call
 
 SEND_MAX_COUNT = 100_000
 SCAN_MAX_LIMIT = 1_000_000
@@ -23,6 +26,13 @@ MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 MAX_TEXT_ITEMS = 1_000  # keys, properties
 
 _INT, _TEXT, _BOOL = "int", "text", "bool"
+
+
+def check_topic(topic: str) -> str:
+    if not TOPIC_PATTERN.match(topic):
+        raise InvalidMessageError(f"topic {topic!r} is invalid; it must match "
+                                  "^[%|a-zA-Z0-9_-]{1,127}$")
+    return topic
 
 # op -> argument -> (kind, low, high, may be None)
 ARGUMENTS: dict[str, dict[str, tuple[str, int | None, int | None, bool]]] = {

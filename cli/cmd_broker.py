@@ -68,7 +68,7 @@ def run(settings: Settings, grpc_listen: str | None, remoting_listen: str | None
             with BrokerSocketServer(broker, settings.data_dir) as sock_server:
                 broker.start()
                 click.echo(f"rtimer: broker running on {settings.data_dir} (engine "
-                           f"{broker.timer.name}, pid {os.getpid()}); socket "
+                           f"{broker.engine}, pid {os.getpid()}); socket "
                            f"{socket_path(settings.data_dir)}; Ctrl-C or SIGTERM stops it")
                 front = metrics = remoting = None
                 try:
@@ -210,19 +210,10 @@ def repair(settings: Settings, as_json: bool, rebuild: bool) -> None:
 
     Example: rtimer repair
     """
-    from rocks_timer import datadir
-    from rocks_timer.timer.rocksdb import RocksTimerStore
+    from rocks_timer.repair import repair_timer_store
     settings.require_data_dir()
-    stored = datadir.read_format(settings.data_dir) or {}
-    store_dir = settings.data_dir / "timer-rocksdb"
-    if stored.get("timer_engine", "rocksdb") != "rocksdb":
-        raise click.ClickException(f"data dir {settings.data_dir} runs the "
-                                   f"{stored['timer_engine']} engine; `repair` repairs the "
-                                   f"rocksdb engine's store")
     with settings.data_dir_lock():
-        report = RocksTimerStore.repair(store_dir, settings.config(),
-                                        data_dir_in_use=stored.get("timer_engine") == "rocksdb",
-                                        rebuild=rebuild)
+        report = repair_timer_store(settings.data_dir, settings.config(), rebuild=rebuild)
     result = report.as_dict()
     if as_json:
         render.echo_json(result)
@@ -272,8 +263,8 @@ def wa(args: tuple[str, ...]) -> None:
 @bench.command(context_settings=_FORWARD)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def tune(args: tuple[str, ...]) -> None:
-    """Sweep RocksDB compaction profiles (runs bench.tune_compaction; --help for its options).
+    """Sweep RocksDB compaction profiles (runs spark.tune_compaction; --help for its options).
 
     Example: rtimer bench tune --help
     """
-    _forward("bench.tune_compaction", args)
+    _forward("spark.tune_compaction", args)

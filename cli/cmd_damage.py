@@ -57,13 +57,11 @@ def set_aside_export(settings: Settings, directory: Path, msg_ids: tuple[str, ..
 
     Example: rtimer set-aside export ./set-aside-2026-11-26
     """
-    from rocks_timer.timer.rocksdb import setaside
     target = directory.resolve()
     ids = list(msg_ids) or None
-    result = call_read_only(
-        settings, "set_aside_export",
-        lambda view: setaside.export(setaside.select(view.set_aside(), ids), target),
-        directory=str(target), msg_ids=ids)
+    result = call_read_only(settings, "set_aside_export",
+                            lambda view: view.export_set_aside(target, ids),
+                            directory=str(target), msg_ids=ids)
     if as_json:
         render.echo_json(result)
     else:

@@ -10,25 +10,18 @@ import base64
 from pathlib import Path
 from typing import Any, Callable
 
-from rocks_timer import Broker, InvalidMessageError, Message
+from rocks_timer import Broker, Message
 from rocks_timer.errors import InvalidArgumentError, RocksTimerError
 from rocks_timer.message import is_system_topic
-from rocks_timer.timer.handles import TOPIC_PATTERN, decode_handle
+from rocks_timer.timer.handles import decode_handle
 
-from . import bounds
+from . import bounds, ops_keys
+from .bounds import SCAN_PAGE, check_topic
 from .offsets import ConsumerOffsets, check_group
 
-SCAN_PAGE = 1_000
 STATS_PENDING_LIMIT = 200_000  # entries walked to count pending per topic
 PENDING_BY_TOPIC = "stats: pending by topic"  # a failure kind of Broker.health
 MAX_TICKS = 10_000
-
-
-def check_topic(topic: str) -> str:
-    if not TOPIC_PATTERN.match(topic):
-        raise InvalidMessageError(f"topic {topic!r} is invalid; it must match "
-                                  "^[%|a-zA-Z0-9_-]{1,127}$")
-    return topic
 
 
 def message_dict(msg: Message) -> dict[str, Any]:
@@ -118,13 +111,12 @@ def consume(broker: Broker, data_dir: Path, *, topic: str, group: str, queue_id:
         deliver_due(broker)
     offsets = ConsumerOffsets(data_dir)
     offset = stored = offsets.get(topic, group, queue_id)
-    queue = broker.messages.consume_queue(topic, queue_id)
-    if queue is not None and offset < queue.min_offset:
-        offset = queue.min_offset  # the oldest messages expired with their CommitLog segment
-    end = queue.max_offset if queue is not None else 0
+    first, end = broker.min_offset(topic, queue_id), broker.max_offset(topic, queue_id)
+    if offset < first:
+        offset = first  # the oldest messages expired with their CommitLog segment
     if offset > end:
         offset = end
-    messages, next_offset = broker.messages.pull_page(topic, queue_id, offset, max_messages)
+    messages, next_offset = broker.pull_page(topic, queue_id, offset, max_messages)
     offsets.commit(topic, group, queue_id, next_offset)
     result = {"topic": topic, "group": group, "queue_id": queue_id, "offset": offset,
               "next_offset": next_offset, "messages": [message_dict(m) for m in messages]}
@@ -147,13 +139,12 @@ def stats(broker: Broker, data_dir: Path) -> dict[str, Any]:
     figures["pending_by_topic"] = per_topic
     figures["pending_by_topic_complete"] = complete
     figures["data_dir"] = str(data_dir)
-    queues = {(q.topic, q.queue_id): q for q in broker.messages.queues.all()
-              if not is_system_topic(q.topic)}
-    figures["topics"] = {f"{topic}/{qid}": {"min_offset": q.min_offset, "max_offset": q.max_offset}
-                         for (topic, qid), q in sorted(queues.items())}
+    queues = {tq: ends for tq, ends in broker.queue_ranges().items() if not is_system_topic(tq[0])}
+    figures["topics"] = {f"{topic}/{qid}": {"min_offset": first, "max_offset": end}
+                         for (topic, qid), (first, end) in sorted(queues.items())}
     figures["consumer_lag"] = []
     for (topic, group, qid), offset in sorted(ConsumerOffsets(data_dir).table().items()):
-        end = queues[(topic, qid)].max_offset if (topic, qid) in queues else 0
+        end = queues[(topic, qid)][1] if (topic, qid) in queues else 0
         row = {"group": group, "topic": topic, "queue_id": qid, "next_offset": offset,
                "max_offset": end, "lag": max(0, end - offset)}
         if offset > end:
@@ -164,17 +155,7 @@ def stats(broker: Broker, data_dir: Path) -> dict[str, Any]:
 
 def compact(broker: Broker, data_dir: Path) -> dict[str, Any]:
     """Manual compaction of the timer store, if the engine has one."""
-    timer = broker.timer
-    profile = getattr(timer, "profile", None)
-    run = getattr(timer, "compact", None)
-    if run is None:
-        return {"engine": timer.name, "profile": profile, "compacted": False}
-    result = {"engine": timer.name, "profile": profile, "compacted": True, **run()}
-    relocate = getattr(timer, "relocate", None)
-    if getattr(timer, "layout", None) == "vlog" and relocate is not None:
-        result["layout"] = "vlog"
-        result["vlog"] = relocate(broker.clock.now_ms())  # sparse segments moved, empty released
-    return result
+    return broker.compact()
 
 
 def check(broker: Broker, data_dir: Path) -> dict[str, Any]:
@@ -210,8 +191,6 @@ OPS: dict[str, Callable[..., Any]] = {
     "set_aside_export": set_aside_export, "set_aside_restore": set_aside_restore,
     "lost_list": lost_list, "lost_accept": lost_accept,
 }
-
-from . import ops_keys  # noqa: E402 - it imports check_topic and SCAN_PAGE from here
 
 OPS.update(ops_keys.OPS)
 

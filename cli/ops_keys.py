@@ -9,7 +9,7 @@ from rocks_timer import Broker, InvalidMessageError
 from rocks_timer.timer.handles import decode_handle
 from rocks_timer.timer.histogram import MAX_DAYS
 
-from .ops import SCAN_PAGE, check_topic
+from .bounds import SCAN_PAGE, check_topic
 
 MAX_FIND = 1_000_000
 
@@ -69,7 +69,7 @@ def due(broker: Broker, data_dir: Path, *, first_day_ms: int | None = None, days
     """``Broker.due_histogram``: buckets and per-day counts."""
     if not 0 <= days <= MAX_DAYS:
         raise InvalidMessageError(f"days {days} is outside 0..{MAX_DAYS}")
-    return {"engine": broker.timer.name, "pending": broker.timer.pending_count(),
+    return {"engine": broker.engine, "pending": broker.pending_count(),
             **broker.due_histogram(first_day_ms, days)}
 
 

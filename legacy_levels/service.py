@@ -109,9 +109,7 @@ class ScheduleMessageService:
             text = self.offsets.encode()
             # the offsets forget the messages before them: their delivered copies go to disk
             # first (ARCHITECTURE §4), so a power cut can repeat a delivery but never lose one
-            sync = getattr(self.store, "sync", None)
-            if sync is not None:
-                sync()
+            self.store.sync()
             self.offset_file.write(text)
             self.persists += 1
 

@@ -4,9 +4,9 @@ the queue offsets they take and the ConsumeQueue entries that index them).
 
 Each is the optional C encoder (``rocks_timer/_native/commitlog.c``, built by
 ``setup.py``) when it was built, else the ``*_py`` reference implementation here; the
-two give the same results (tests/test_batch_encoder.py). The C version reads the messages under
-the GIL and copies bytes and computes CRCs with the GIL released, so producers keep running while
-the writer encodes a group.
+two give the same results (tests/log/test_batch_encoder.py). The C version reads the messages
+under the GIL and copies bytes and computes CRCs with the GIL released, so producers keep
+running while the writer encodes a group.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ from rocks_timer.config import BrokerConfig
 from rocks_timer.consume_read import PulledBatch
 from rocks_timer.consumer_offsets import ConsumerOffsets
 from rocks_timer.errors import (CorruptRecordError, EngineNotAvailableError,
-                                InvalidMessageError, RocksTimerError, StoreClosedError,
+                                RocksTimerError, StoreClosedError,
                                 StoreLockedError)
 from rocks_timer.health import PERIODIC_FLUSH, TIMER_STEP, Health
 from rocks_timer.message import TIMER_OUT_MS, Message, msg_id_supplier
@@ -38,7 +38,8 @@ from rocks_timer.timer.deliverer import Deliverer
 from rocks_timer.timer.rocksdb import setaside
 from rocks_timer.timer.rocksdb.setaside import SetAsideMessage
 from rocks_timer.timer.histogram import bound_counts
-from rocks_timer.timer.store import ScanPage, TimerStore, maker, new_timer_record
+from rocks_timer.timer.store import (Compacting, ScanPage, Scheduled, TimerRecord, TimerStore,
+                                     maker, new_timer_record)
 from rocks_timer.timer.tally import DelayTally
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,9 @@ class Broker(KeyedOperations):
         self._async_flush = self.config.flush_disk_type == "async"
         self.sent = {"immediate": 0, "level": 0, "timer": 0}
         self.cancelled = 0
+        # timer records a front parks itself (pop's invisibility records, ``park``) and takes
+        # back (acks, ``unpark``): timer messages, but no producer sent them
+        self.parked = self.unparked = 0
         self.delays = DelayTally()  # the delays timer messages are sent with, per batch
         self.health = Health(self.clock, self.config.failure_log_interval_ms,
                              self.config.service_retry_max_backoff_ms)
@@ -280,9 +284,35 @@ class Broker(KeyedOperations):
             for due, s, m in zip(dues, scheduled, messages)]))
         self.sent["timer"] += len(routes)
         self.delays.add(dues, now_ms)
+        self._wake_if_sooner(scheduled, wake_at)
+        return results
+
+    def _wake_if_sooner(self, scheduled: list[Scheduled], wake_at: int) -> None:
+        """Wake the timer loop when a key just stored falls due before its planned wake-up
+        (``wake_at``)."""
         if any([s.key_due_ms < wake_at for s in scheduled]):
             self._wake.set()
-        return results
+
+    def park(self, records: Sequence[TimerRecord], now_ms: int | None = None
+             ) -> list[Scheduled]:
+        """Park timer records a front built itself (pop's invisibility records: a copy
+        addressed to the retry or dead-letter topic, due when the invisible time ends) in the
+        timer engine, in one atomic batch. Counted in ``parked``, not in ``sent`` (no producer
+        sent them); the timer loop is woken when one falls due before its planned wake-up."""
+        self._check_open()
+        now_ms = self.clock.now_ms() if now_ms is None else now_ms
+        scheduled = self.timer.schedule(records, now_ms)
+        self.parked += len(scheduled)
+        self._wake_if_sooner(scheduled, self._wake_at_ms)
+        return scheduled
+
+    def unpark(self, handle: str, now_ms: int | None = None) -> bool:
+        """Take back a parked record (an ack): True only if it will never be delivered, as
+        ``cancel``; counted in ``unparked``, not in ``cancelled``."""
+        self._check_open()
+        taken = self.timer.cancel(handle, self.clock.now_ms() if now_ms is None else now_ms)
+        self.unparked += bool(taken)
+        return taken
 
     def _put_routed(self, routes: list, now_ms: int) -> list[SendResult]:
         """Messages stored at once or on a delay level (validated and routed): one group
@@ -321,14 +351,17 @@ class Broker(KeyedOperations):
         return self.messages.pull(topic, queue_id, offset, max_messages)
 
     def pull_batch(self, topic: str, queue_id: int = 0, offset: int = 0,
-                   max_messages: int = 4096, max_bytes: int = 64 << 20) -> PulledBatch:
+                   max_messages: int = 4096, max_bytes: int = 64 << 20, what: str = "pull"
+                   ) -> PulledBatch:
         """The fast read for a Python consumer: a page of ``topic``/``queue_id`` from
         ``offset`` read into one buffer (``rocks_timer.consume_read``). Nothing per message is
         built until asked: ``batch.bodies()``, ``batch[i].body`` / ``.msg_id`` / ...,
         ``batch.messages()``; go on from ``batch.next_offset``. At most ``max_messages``,
-        cut where the records pass ``max_bytes`` (at least one)."""
+        cut where the records pass ``max_bytes`` (at least one). ``what`` names the reader
+        in the log of an unreadable entry; only "pull" reads count as messages read (pops
+        are counted by the pop service)."""
         self._check_open()
-        return self.messages.read_batch(topic, queue_id, offset, max_messages, max_bytes)
+        return self.messages.read_batch(topic, queue_id, offset, max_messages, max_bytes, what)
 
     def pull_page(self, topic: str, queue_id: int = 0, offset: int = 0, max_messages: int = 32
                   ) -> tuple[list[Message], int]:
@@ -336,6 +369,11 @@ class Broker(KeyedOperations):
         unreadable ones included), for consumers that keep their own position."""
         self._check_open()
         return self.messages.pull_page(topic, queue_id, offset, max_messages)
+
+    def queue_ranges(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Every ConsumeQueue as (topic, queue_id) -> (min_offset, max_offset)."""
+        return {(cq.topic, cq.queue_id): (cq.min_offset, cq.max_offset)
+                for cq in self.messages.queues.all()}
 
     def max_offset(self, topic: str, queue_id: int = 0) -> int:
         cq = self.messages.consume_queue(topic, queue_id)
@@ -346,11 +384,12 @@ class Broker(KeyedOperations):
         cq = self.messages.consume_queue(topic, queue_id)
         return cq.min_offset if cq else 0
 
-    def message_at(self, commitlog_offset: int) -> Message:
-        """The stored message at ``commitlog_offset``: KeyError outside the log,
-        CorruptRecordError where no whole record starts there."""
+    def message_at(self, commitlog_offset: int, size: int | None = None) -> Message:
+        """The stored message at ``commitlog_offset`` (``size``: its record's size, when
+        known): KeyError outside the log, CorruptRecordError where no whole record starts
+        there."""
         self._check_open()
-        return self.messages.get_message(commitlog_offset)
+        return self.messages.get_message(commitlog_offset, size)
 
     def watch_arrivals(self, callback) -> None:
         """Call ``callback(topics)`` whenever messages land on ``topics`` (long polling wakes on
@@ -408,9 +447,7 @@ class Broker(KeyedOperations):
         write is on disk when it returns already."""
         self._check_open()
         self.messages.sync()
-        sync = getattr(self.timer, "sync", None)
-        if sync is not None:
-            sync()
+        self.timer.sync()
 
     def start(self) -> "Broker":
         """Run the services on background threads (the timer loop every timer_precision_ms)."""
@@ -473,7 +510,7 @@ class Broker(KeyedOperations):
     def _flush_loop(self) -> None:
         """Async mode: flush every ``flush_interval_ms`` on a thread of its own, so the timer
         loop never waits for the disk to take what producers sent (a flush after a burst of
-        sends took 60 ms for 100,000 messages, stalling the first deliveries)."""
+        sends stalled the first deliveries; docs/BENCHMARKS.md)."""
         interval_ms = self.config.flush_interval_ms
         wait_ms = interval_ms
         while not self._stopping.wait(wait_ms / 1000):
@@ -520,6 +557,22 @@ class Broker(KeyedOperations):
         self.close()
 
     # -- stats --------------------------------------------------------------------------------
+    def compact(self) -> dict[str, Any]:
+        """Manual compaction of the timer store (``rtimer compact``) where the engine has one
+        (``Compacting``), then, with value segments, their relocation; ``compacted`` False
+        where it has none."""
+        self._check_open()
+        timer = self.timer
+        if not isinstance(timer, Compacting):
+            return {"engine": timer.name, "profile": None, "compacted": False}
+        result = {"engine": timer.name, "profile": timer.profile, "compacted": True,
+                  **timer.compact()}
+        relocated = timer.relocate(self.clock.now_ms())  # {} without value segments
+        if relocated:
+            result["layout"] = "vlog"
+            result["vlog"] = relocated  # sparse segments moved, empty ones released
+        return result
+
     def check(self) -> CheckReport:
         """A read-only walk of the invariants (``rocks_timer.check``); ``.ok``, ``.problems``."""
         self._check_open()
@@ -532,16 +585,14 @@ class Broker(KeyedOperations):
         value decodes), due time and reason; never delivered until restored. Engines without
         a quarantine have none."""
         self._check_open()
-        listing = getattr(self.timer, "set_aside", None)
-        return [row.info for row in listing()] if listing is not None else []
+        return [row.info for row in self.timer.set_aside()]
 
     def export_set_aside(self, directory: Path | str, msg_ids: Sequence[str] | None = None
                          ) -> dict[str, Any]:
         """Write what is readable of the set-aside messages (all, or ``msg_ids``) into a new or
         empty ``directory``: raw bytes per message and a ``manifest.json``. Changes nothing."""
         self._check_open()
-        listing = getattr(self.timer, "set_aside", None)
-        rows = setaside.select(listing() if listing is not None else [], msg_ids)
+        rows = setaside.select(self.timer.set_aside(), msg_ids)
         return setaside.export(rows, Path(directory))
 
     def restore_set_aside(self, msg_ids: Sequence[str] | None = None) -> dict[str, Any]:
@@ -550,13 +601,9 @@ class Broker(KeyedOperations):
         refused with the reason. A restored message is delivered like any pending one (at
         once if its due time has passed)."""
         self._check_open()
-        restore = getattr(self.timer, "restore_set_aside", None)
-        if restore is None:
-            if msg_ids:
-                raise InvalidMessageError(f"timer engine {self.timer.name} sets nothing aside")
-            return {"restored": [], "refused": []}
         with self._tick_lock:  # no claim runs meanwhile
-            result = restore(list(msg_ids) if msg_ids else None, self.clock.now_ms())
+            result = self.timer.restore_set_aside(list(msg_ids) if msg_ids else None,
+                                                  self.clock.now_ms())
         if result["restored"]:
             self._wake.set()
         return result
@@ -593,6 +640,8 @@ class Broker(KeyedOperations):
             "sent": dict(self.sent),
             "delivered": self.deliverer.delivered,
             "cancelled": self.cancelled,
+            "parked": self.parked,
+            "unparked": self.unparked,
             "rescheduled": self.rescheduled,
             "in_flight": self.deliverer.in_flight,
             "failed_puts": self.deliverer.failed_puts,
@@ -611,25 +660,27 @@ class Broker(KeyedOperations):
             "lost_unaccepted": log_stats["lost"].get("unaccepted", 0),
         }
 
+    @property
+    def engine(self) -> str:
+        """The timer engine's name (``memory``, ``rocksdb``, ``wheel``)."""
+        return self.timer.name
+
+    @property
+    def delivered(self) -> int:
+        """Timer messages delivered to their topic since the open."""
+        return self.deliverer.delivered
+
+    def pending_count(self) -> int:
+        """Pending timer messages (the engine's counter: no scan)."""
+        self._check_open()
+        return self.timer.pending_count()
+
     def pending_by_topic(self, max_entries: int = 100_000) -> tuple[dict[str, int], bool]:
         """Pending timer messages per topic, and whether the count is complete: pending entries
         walked in due order (keys only where the engine can), at most ``max_entries`` (False
         and a partial count past that)."""
         self._check_open()
-        by_keys = getattr(self.timer, "count_by_topic", None)  # a walk of keys only (RocksDB)
-        if by_keys is not None:
-            return by_keys(max_entries)
-        counts: dict[str, int] = {}
-        after, seen = None, 0
-        while seen < max_entries:
-            page = self.timer.scan(limit=min(10_000, max_entries - seen), after=after)
-            for entry in page:
-                counts[entry.topic] = counts.get(entry.topic, 0) + 1
-            seen += len(page)
-            after = page.next_after
-            if after is None:
-                return dict(sorted(counts.items())), True
-        return dict(sorted(counts.items())), False
+        return self.timer.count_by_topic(max_entries)
 
     def due_snapshot(self, bounds_s: tuple[int, ...]) -> dict[int | None, int]:
         """Pending counts by due bound from now (RocketMQ's timer message snapshot, without

@@ -115,11 +115,7 @@ class LiveSource:
         return self.broker.messages.queues.all()
 
     def timer_check(self) -> dict[str, Any]:
-        timer = self.broker.timer
-        engine_check = getattr(timer, "check", None)
-        if engine_check is None:
-            return {"engine": timer.name, "pending": timer.pending_count(), "problems": []}
-        return engine_check()
+        return self.broker.timer.check()
 
     def consumer_offsets(self) -> dict[tuple[str, str, int], int]:
         return self.broker.consumer_offsets.table()
@@ -132,15 +128,13 @@ class LiveSource:
         return self.broker.timer.reconcile_from()
 
     def wheel_queue_offset(self) -> int | None:
-        state = getattr(self.broker.timer, "state", None)
-        return getattr(state, "queue_offset", None)
+        return self.broker.timer.enqueue_offset()
 
     def loss(self) -> LossRecord:
         return self.broker.messages.loss.load()
 
     def set_aside(self) -> list[Any]:
-        listing = getattr(self.broker.timer, "set_aside", None)
-        return listing() if listing is not None else []
+        return self.broker.timer.set_aside()
 
 
 def check_broker(broker) -> CheckReport:

@@ -5,14 +5,14 @@ returns every record in one ``bytes`` (``blob``), an index row per record that p
 checks ``decode_record`` makes, and the entries it could not read (not in the log any more, or
 corrupt). It is the native ``read_records`` (``rocks_timer/_native/consume.c``: merged preads
 and CRC checks with the GIL released) when it was built, else :func:`read_records_py`, its
-reference; tests/test_consume_native.py holds the two byte for byte equal.
+reference; tests/log/test_consume_native.py holds the two byte for byte equal.
 
 :class:`PulledBatch` is what a consumer gets (``Broker.pull_batch``): nothing per message is
 built until asked for. ``batch.bodies()`` slices the bodies out of the buffer, ``batch[i]`` is a
 :class:`PulledMessage` view whose properties are decoded when first read, and
 ``batch.messages()`` builds the same ``Message`` objects ``decode_record`` gives (what
 ``Broker.pull`` returns). Before this, ``pull`` read and decoded each record on its own (a
-pread, a CRC, a property decode and a ``Message`` per message, ~13 µs each).
+pread, a CRC, a property decode and a ``Message`` per message; docs/BENCHMARKS.md).
 """
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ class PulledBatch(Sequence):
         return self.offset + self._rows[self._row(i)]
 
     def messages(self) -> list[Message]:
-        return [self._message(k) for k in range(0, self._n * ROW, ROW)]
+        return [self.row_message(k) for k in range(0, self._n * ROW, ROW)]
 
     def records(self) -> tuple[bytes, memoryview]:
         """The buffer and its index, for a reader that copies whole records (the remoting
@@ -159,14 +159,31 @@ class PulledBatch(Sequence):
         return self._blob, self._rows
 
     def message(self, i: int) -> Message:
-        return self._message(self._row(i))
+        return self.row_message(self._row(i))
+
+    # -- by row position (``k``: a message's first column; what ``PulledMessage`` reads) -----
+    def row_body(self, k: int) -> bytes:
+        r = self._rows
+        return self._blob[r[k + 3]:r[k + 3] + r[k + 4]]
+
+    def row_topic(self, k: int) -> str:
+        r = self._rows
+        return self._blob[r[k + 5]:r[k + 5] + r[k + 6]].decode("utf-8")
+
+    def row_fields(self, k: int) -> tuple[int, int, int, int]:
+        """queueId, flag, queueOffset, physicalOffset of the record at row ``k``."""
+        return _FIELDS.unpack_from(self._blob, self._rows[k + 1] + 12)
+
+    def row_times(self, k: int) -> tuple:
+        """bornMs, bornHost, storeMs, storeHost, reconsumeTimes of the record at row ``k``."""
+        return _TIMES.unpack_from(self._blob, self._rows[k + 1] + 40)
 
     def _row(self, i: int) -> int:
         if not -self._n <= i < self._n:
             raise IndexError("PulledBatch index out of range")
         return (i % self._n) * ROW
 
-    def _message(self, k: int) -> Message:
+    def row_message(self, k: int) -> Message:
         r, b = self._rows, self._blob
         at, body_at, body_len, topic_at, props_at = r[k + 1], r[k + 3], r[k + 4], r[k + 5], r[k + 7]
         (_s, _m, _c, queue_id, flag, queue_offset, commitlog_offset, _sys, born_ms, _bh, store_ms,
@@ -194,19 +211,17 @@ class PulledMessage:
 
     @property
     def body(self) -> bytes:
-        r, k = self._batch._rows, self._k
-        return self._batch._blob[r[k + 3]:r[k + 3] + r[k + 4]]
+        return self._batch.row_body(self._k)
 
     @property
     def topic(self) -> str:
-        r, k = self._batch._rows, self._k
-        return self._batch._blob[r[k + 5]:r[k + 5] + r[k + 6]].decode("utf-8")
+        return self._batch.row_topic(self._k)
 
     def _fields(self) -> tuple[int, int, int, int]:
-        return _FIELDS.unpack_from(self._batch._blob, self._batch._rows[self._k + 1] + 12)
+        return self._batch.row_fields(self._k)
 
     def _times(self) -> tuple:
-        return _TIMES.unpack_from(self._batch._blob, self._batch._rows[self._k + 1] + 40)
+        return self._batch.row_times(self._k)
 
     queue_id = property(lambda self: self._fields()[0])
     flag = property(lambda self: self._fields()[1])
@@ -218,7 +233,7 @@ class PulledMessage:
 
     def _message(self) -> Message:
         if self._full is None:
-            self._full = self._batch._message(self._k)
+            self._full = self._batch.row_message(self._k)
         return self._full
 
     properties = property(lambda self: self._message().properties)

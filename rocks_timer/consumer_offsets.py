@@ -22,7 +22,7 @@ from typing import Callable
 from rocks_timer.errors import CorruptRecordError, InvalidMessageError
 from rocks_timer.fileio import replace_durably
 from rocks_timer.private import private_dir
-from rocks_timer.timer.handles import TOPIC_PATTERN
+from rocks_timer.names import TOPIC_PATTERN
 
 log = logging.getLogger(__name__)
 FILE_NAME = "consumerOffset.json"

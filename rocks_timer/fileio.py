@@ -4,10 +4,11 @@ A single multi-megabyte ``pwrite`` makes the kernel's page cache (Linux 6.x, ext
 folios) allocate 2 MiB folios, which come from high-order free blocks. On a VM with free page
 reporting (virtio-balloon, as on these machines) such blocks have often been handed back to the
 host, and every 4 KiB of them costs a host fault to touch again; smaller writes get smaller
-folios from recycled memory. ``python -m bench.page_cache`` (224 MiB to a new file, 3 s after
-the previous one was deleted): 0.35-0.76 s in writes of 2 or 16 MiB (1 MiB: slow in one run of
-two), 0.04-0.08 s in writes of 256 KiB or less, 0.03-0.05 s rewriting pages already cached. So the CommitLog writes a group in ``SLICE``-sized pieces, in one native call that releases the
-GIL once (each ``os.pwrite`` would release and re-take it).
+folios from recycled memory: writes of 256 KiB or less into a fresh file run several times
+faster than multi-megabyte ones (``python -m bench.page_cache``; figures in docs/BENCHMARKS.md,
+"Figures the code's comments rest on"). So the CommitLog writes a group in ``SLICE``-sized
+pieces, in one native call that releases the GIL once (each ``os.pwrite`` would release and
+re-take it).
 """
 from __future__ import annotations
 

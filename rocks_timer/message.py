@@ -228,12 +228,12 @@ class Message:
         fields.update(changes)
         return Message(**fields)
 
-    def _extended(self, properties: dict[str, str], appended: bytes, msg_id: str,
+    def extended(self, properties: dict[str, str], appended: bytes, msg_id: str,
                   born_ms: int | None) -> "Message":
         """This message with ``properties``: its own entries, in order, followed by new ones
         whose names are not TAGS, KEYS or UNIQ_KEY unless ``msg_id`` is the new UNIQ_KEY, and
         whose encoded form is ``appended``. The routing fast path's copy: nothing to
-        re-validate or re-encode (tests/test_routing_fast.py holds it equal to ``copy``)."""
+        re-validate or re-encode (tests/broker/test_routing_fast.py holds it equal to ``copy``)."""
         new = object.__new__(Message)
         fields = new.__dict__
         fields.update(self.__dict__)

@@ -127,7 +127,7 @@ class MessageStore:
                      ) -> list[PutResult]:
         """Store messages as one group and wait for them. When nothing is queued for the writer
         thread and no group is being written, the caller writes its group itself: the same
-        write, without the two thread wake-ups of a hand-off (~110 us on these VMs)."""
+        write, without the two thread wake-ups of a hand-off (their cost: docs/BENCHMARKS.md)."""
         messages = list(messages)
         body_bytes = self._prepare(messages)
         results = self._write_if_idle(messages)

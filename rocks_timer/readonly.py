@@ -189,3 +189,11 @@ class ReadOnlyView:
 
     def set_aside(self) -> list[Any]:
         return self.timer.set_aside() if self.timer is not None else []
+
+    def export_set_aside(self, directory: Path | str, msg_ids: list[str] | None = None
+                         ) -> dict[str, Any]:
+        """``Broker.export_set_aside`` on the files as they are (``rtimer set-aside export``
+        while no broker runs): what is readable of the set-aside messages (all, or
+        ``msg_ids``) into a new or empty ``directory``. Changes nothing in the data dir."""
+        from rocks_timer.timer.rocksdb import setaside
+        return setaside.export(setaside.select(self.set_aside(), msg_ids), Path(directory))

@@ -22,16 +22,12 @@ from rocks_timer.errors import DelayOutOfRangeError, InvalidMessageError
 from rocks_timer.message import (BROKER_OWNED_PROPERTIES, DELAY, NAME_VALUE_SEPARATOR,
                                  PROPERTY_SEPARATOR, REAL_QID, REAL_TOPIC, SCHEDULE_TOPIC,
                                  TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS,
-                                 TIMER_PROPERTIES, UNIQ_KEY, Message, is_system_topic,
-                                 new_msg_id)
+                                 TIMER_PROPERTIES, UNIQ_KEY, Message, new_msg_id)
+# validate_key, validate_topic and MAX_KEY_BYTES are also imported from here (the send rules)
+from rocks_timer.names import KEY_REFUSED, MAX_KEY_BYTES, validate_key, validate_topic
 from rocks_timer.record import MAX_PROPERTIES_SIZE
-from rocks_timer.timer.handles import TOPIC_PATTERN
 
 _MSG_ID = re.compile(r"^[0-9A-F]{32}$")
-MAX_KEY_BYTES = (1 << 16) - 1  # the key index stores a key's length in 2 bytes
-# C0 controls, DEL and C1 controls: never part of a key (KEYS separates keys by spaces, and a
-# key is typed on command lines and printed on terminals)
-_KEY_REFUSED = re.compile(r"[ \x00-\x1f\x7f-\x9f]")
 RouteKind = Literal["immediate", "level", "timer"]
 
 
@@ -46,39 +42,11 @@ class Route(NamedTuple):
     level: int = 0
 
 
-def validate_topic(topic: object) -> str:
-    if not isinstance(topic, str) or not TOPIC_PATTERN.match(topic):
-        raise InvalidMessageError(
-            f"topic {topic!r} is invalid; it must match ^[%|a-zA-Z0-9_-]{{1,127}}$")
-    if is_system_topic(topic):
-        raise InvalidMessageError(f"topic {topic!r} is a system topic; producers may not send to it")
-    return topic
-
-
-def validate_key(key: object) -> str:
-    """``key`` if it is a message key that can be sent, found, cancelled and rescheduled by:
-    a non-empty string of at most ``MAX_KEY_BYTES`` UTF-8 bytes with no space (RocketMQ's
-    KEYS separator) and no control character; InvalidMessageError naming it otherwise.
-
-    The same rule for a send's keys and for the key ``find`` is asked for: a key accepted at
-    send that find refuses could never be found or cancelled, and a key with a space would
-    be stored as one key and read back as two."""
-    if not isinstance(key, str):
-        raise InvalidMessageError(f"key {key!r} is not a string")
-    if not key or _KEY_REFUSED.search(key):
-        raise InvalidMessageError(f"key {key!r:.80} is empty or holds a space or a control "
-                                  f"character (KEYS separates keys by spaces)")
-    if len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8")) > MAX_KEY_BYTES:
-        raise InvalidMessageError(f"key of {len(key.encode('utf-8'))} bytes exceeds "
-                                  f"{MAX_KEY_BYTES} bytes")
-    return key
-
-
 def _keys_valid(keys: tuple) -> bool:
     """Every key passes :func:`validate_key` (the send paths' cheap test; the reference
     raises the error)."""
     for key in keys:
-        if (type(key) is not str or not key or _KEY_REFUSED.search(key)
+        if (type(key) is not str or not key or KEY_REFUSED.search(key)
                 or (len(key) * 4 > MAX_KEY_BYTES and len(key.encode("utf-8")) > MAX_KEY_BYTES)):
             return False
     return True
@@ -296,7 +264,7 @@ def _route_common(msg: Message, now_ms: int, config: BrokerConfig, delay_ms: int
             appended += f"{TIMER_DELIVER_MS}\x01{text}\x02".encode()
     if len(encoded) + len(appended) > MAX_PROPERTIES_SIZE:
         return None
-    return Route(kind, msg._extended(new_props, appended, msg_id, born_ms), due_ms)
+    return Route(kind, msg.extended(new_props, appended, msg_id, born_ms), due_ms)
 
 
 def route_reference(msg: Message, *, now_ms: int, config: BrokerConfig,

@@ -138,14 +138,14 @@ def workload_features(name: str, body_size: int, seed: int = 7, sample: int = 20
 
 
 def delay_class(delay_ms: float) -> int:
-    """The engine's arrival class (rocks_timer.timer.rocksdb.liveness.delay_class)."""
-    from rocks_timer.timer.rocksdb.liveness import delay_class as engine_class
+    """The engine's arrival class (rocks_timer.timer.rocksdb.vlog.liveness.delay_class)."""
+    from rocks_timer.timer.rocksdb.vlog.liveness import delay_class as engine_class
     return engine_class(int(delay_ms))
 
 
 def class_span_ms(cls: int) -> tuple[float, float]:
     """(shortest, longest) delay of a class."""
-    from rocks_timer.timer.rocksdb.liveness import CLASS_BOUNDS, class_low_ms
+    from rocks_timer.timer.rocksdb.vlog.liveness import CLASS_BOUNDS, class_low_ms
     return float(class_low_ms(cls)), float(CLASS_BOUNDS[cls])
 
 

@@ -1,6 +1,6 @@
 /* claim_batch: the RocksDB claim's per-record work after the index walk, in one call.
  * Reference: claim_batch_py in rocks_timer/timer/rocksdb/claim_codec.py (same results,
- * tests/test_claim_native.py).
+ * tests/engines/rocksdb/test_claim_native.py).
  *
  * claim_batch(keys, values, fds, max_bytes, now_ms)
  *     -> (cut, sizes, bodies, copies, codes, blob, spans)

@@ -1,6 +1,6 @@
 /* read_records: a consumer's page of CommitLog records, read and checked in one call.
  * Reference: read_records_py in rocks_timer/consume_read.py (same results,
- * tests/test_consume_native.py).
+ * tests/log/test_consume_native.py).
  *
  * read_records(entries, starts, fds, written) -> (blob, index, problems)
  *

@@ -3,7 +3,7 @@
  * store time and CRC left for the writer, then its tags code and flags), without a Message
  * per record.
  * The Python reference is rocks_timer/timer/delivery.py (prepared_copy_py);
- * tests/test_delivery_copies.py holds the two equal byte for byte.
+ * tests/engines/test_delivery_copies.py holds the two equal byte for byte.
  *
  * A value takes this path only when the reference would give exactly the stored property
  * string plus the two delivery properties appended: a plain (not lz4) body, an ASCII topic,

@@ -1,6 +1,6 @@
 /* route_common: the common send routed in one call. The Python reference is _route_common in
- * rocks_timer/routing.py, itself held equal to route_reference by tests/test_routing_fast.py;
- * the same test runs route() with this function in place.
+ * rocks_timer/routing.py, itself held equal to route_reference by
+ * tests/broker/test_routing_fast.py; the same test runs route() with this function in place.
  *
  * route_common(msg, now_ms, delay_ms, deliver_at_ms, max_body, max_delay_ms, max_props,
  *              valid_topics, forbidden, message_cls, new_id)

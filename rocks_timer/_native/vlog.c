@@ -1,5 +1,6 @@
 /* Value-segment reads of the vlog layout. Reference: parse_run_py in
- * rocks_timer/timer/rocksdb/segments.py (same results, tests/test_segments_native.py). */
+ * rocks_timer/timer/rocksdb/vlog/segments.py (same results,
+ * tests/engines/rocksdb/test_segments_native.py). */
 #include "native.h"
 
 #include <errno.h>
@@ -152,8 +153,8 @@ int pread_full(int fd, unsigned char *buf, Py_ssize_t length, long long offset,
  * (version byte, at least POINTER_SIZE bytes), one record and its length leave its segment:
  * ``changes[segment]`` (a list [count, bytes]) goes down by 1 and by the length, made as
  * [-1, -length] when absent. None and inline values are skipped. Returns how many pointers it
- * dropped. Reference: drop_pointers_py in rocks_timer/timer/rocksdb/layout.py
- * (tests/test_segments_native.py). */
+ * dropped. Reference: drop_pointers_py in rocks_timer/timer/rocksdb/transaction.py
+ * (tests/engines/rocksdb/test_segments_native.py). */
 
 static int add_to(PyObject *entry, Py_ssize_t at, long long delta) {
     PyObject *old = PyList_GET_ITEM(entry, at);

@@ -26,7 +26,8 @@ from rocks_timer.message import WHEEL_TIMER_TOPIC
 # RocketMQ's TimerMetrics distribution (5 s .. 24 h), and beyond its 24 h cap: 7 d, 30 d; the
 # series timer_bound_s="+Inf" counts the rest, so the series add up to the pending count
 SNAPSHOT_BOUNDS_S = (5, 60, 300, 900, 3_600, 14_400, 28_800, 86_400, 604_800, 2_592_000)
-TOPIC_WALK_MAX = 200_000  # pending keys walked per scrape for the per-topic count, as `stats`
+TOPIC_WALK_MAX = 200_000  # pending entries walked per scrape where an engine has no per-topic
+# counters (the wheel; RocksDB reads its exact counters, complete at any size), as `stats`
 
 # the timer engine's bytes_written components under names that say what they are
 COMPONENTS = {"wal": "index_wal", "flush": "index_flush", "compaction": "index_compaction",

@@ -15,6 +15,8 @@ reach the group's maximum, to its dead-letter topic ``%DLQ%<group>``). So:
 
 The records are durable exactly as timer messages are (they are timer messages), so invisible
 messages survive ``kill -9``. Offsets are written after the records (see :mod:`.offsets`).
+Everything goes through the Broker's public methods (``park``/``unpark`` count the records and
+wake the timer loop; ``pull_batch``, ``message_at``, ``queue_ranges``, ``watch_arrivals``).
 """
 from __future__ import annotations
 
@@ -70,7 +72,6 @@ class PopService:
 
     def __init__(self, broker, data_dir: Path | str | None = None):
         self.broker = broker
-        self.messages = broker.messages
         self.offsets = PopOffsets(data_dir or broker.path,
                                   sync=broker.config.flush_disk_type == "sync")
         self._lock = threading.Lock()
@@ -78,13 +79,10 @@ class PopService:
         self._watch_lock = threading.Lock()
         self._ids = itertools.count()
         self.popped = self.acked = self.expired_acks = self.callback_errors = 0
-        self.messages.arrival_listeners.append(self._arrived)
+        broker.watch_arrivals(self._arrived)
 
     def close(self) -> None:
-        try:
-            self.messages.arrival_listeners.remove(self._arrived)
-        except ValueError:
-            pass
+        self.broker.unwatch_arrivals(self._arrived)
 
     # -- long polling -------------------------------------------------------------------------
     def watched_topics(self, group: str, topic: str) -> frozenset[str]:
@@ -149,7 +147,7 @@ class PopService:
                     due += 1  # two copies of one id: keep their keys apart
                 seen.add((due, target, msg.msg_id))
                 records.append(TimerRecord(due, self._revive_copy(topic, msg, target)))
-            scheduled = self.broker.timer.schedule(records, now)
+            scheduled = self.broker.park(records, now)
             self.offsets.commit(updates)
             self.popped += len(taken)
         return [Popped(msg, topic, msg.reconsume_times + 1,
@@ -159,23 +157,21 @@ class PopService:
 
     def _queues(self, group: str, topic: str) -> list[tuple[str, int]]:
         retry = retry_topic(group, topic)
-        found = [(q.topic, q.queue_id) for q in self.messages.queues.all()
-                 if q.topic in (topic, retry)]
+        found = [tq for tq in self.broker.queue_ranges() if tq[0] in (topic, retry)]
         return sorted(found, key=lambda tq: (tq[0] != retry, tq[1]))
 
     def _take(self, group: str, topic: str, queue_id: int, tags: frozenset[str] | None,
               want: int, taken: list[tuple[Message, int]], updates: dict) -> None:
-        cq = self.messages.consume_queue(topic, queue_id)
-        if cq is None:
-            return
+        first = self.broker.min_offset(topic, queue_id)
+        end = self.broker.max_offset(topic, queue_id)
         offset = self.offsets.get(group, topic, queue_id)
-        offset = cq.min_offset if offset is None else max(offset, cq.min_offset)
+        offset = first if offset is None else max(offset, first)
         start, budget = offset, SCAN_BUDGET
-        while want > 0 and budget > 0 and offset < cq.max_offset:
+        while want > 0 and budget > 0 and offset < end:
             # one read of the page into one buffer (consume_read); a Message only for what
             # passes the tag filter's look
-            batch = self.messages.read_batch(topic, queue_id, offset,
-                                             min(budget, max(want, 32)), what="pop")
+            batch = self.broker.pull_batch(topic, queue_id, offset, min(budget, max(want, 32)),
+                                           what="pop")
             if batch.next_offset == batch.offset:
                 break
             budget -= batch.next_offset - offset
@@ -212,7 +208,7 @@ class PopService:
         """Forget a popped message. Raises ReceiptExpiredError if its invisible time is over
         (it was or is being delivered again) or it was acked already."""
         timer = ReceiptHandle.decode(receipt_handle).check(group, topic)
-        if not self.broker.timer.cancel(timer.encode(), self.broker.clock.now_ms()):
+        if not self.broker.unpark(timer.encode()):
             self.expired_acks += 1
             raise ReceiptExpiredError("receipt handle expired: the message is being delivered "
                                       "again, or was acked already")
@@ -228,7 +224,7 @@ class PopService:
         if receipt.size > self.broker.config.max_message_size + MAX_STORED_PROPERTIES + 4096:
             raise InvalidHandleError("receipt handle names a record larger than any message")
         try:
-            msg = self.messages.get_message(receipt.commitlog_offset, receipt.size)
+            msg = self.broker.message_at(receipt.commitlog_offset, receipt.size)
         except (KeyError, CorruptRecordError, ValueError, OSError):
             raise ReceiptExpiredError("receipt handle names a message that is gone") from None
         if msg.msg_id != old.msg_id:
@@ -238,10 +234,10 @@ class PopService:
         if due == old.due_ms:
             due += 1  # the new key must differ from the one cancelled below
         target = self._target(group, topic, msg, max_attempts)
-        [fresh] = self.broker.timer.schedule([TimerRecord(due, self._revive_copy(topic, msg,
-                                                                                 target))], now)
-        if not self.broker.timer.cancel(old.encode(), now):
-            self.broker.timer.cancel(fresh.handle, now)
+        [fresh] = self.broker.park([TimerRecord(due, self._revive_copy(topic, msg, target))],
+                                   now)
+        if not self.broker.unpark(old.encode(), now):
+            self.broker.unpark(fresh.handle, now)
             raise ReceiptExpiredError("receipt handle expired: the message is being delivered "
                                       "again, or was acked already")
         return ReceiptHandle(group, topic, receipt.commitlog_offset, receipt.size,

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from rocks_timer.front_calls import BrokerCalls
 from rocks_timer.pop import DEFAULT_MAX_ATTEMPTS, PopService
 from rocks_timer.proxy import convert, settings as settings_mod
-from rocks_timer.proxy.dedup import RecentSends
+from rocks_timer.recent_sends import RecentSends
 from rocks_timer.proxy.limits import CALLS, STREAMS, PeerLimits
 from rocks_timer.proxy.protocol import Code, pb, service_pb2_grpc, svc
 from rocks_timer.proxy.status import ProxyError, from_exception, ok, status

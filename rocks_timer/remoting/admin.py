@@ -30,7 +30,7 @@ class RateSampler:
         self.samples: deque[tuple[float, int, int]] = deque(maxlen=WINDOW_S + 1)
 
     def sample(self, now_s: float) -> None:
-        self.samples.append((now_s, self.broker.sent["timer"], self.broker.deliverer.delivered))
+        self.samples.append((now_s, self.broker.sent["timer"], self.broker.delivered))
 
     def rates(self) -> tuple[float, float]:
         if len(self.samples) < 2:

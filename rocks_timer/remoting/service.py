@@ -16,7 +16,7 @@ from concurrent.futures import Executor
 
 from rocks_timer.errors import InvalidMessageError, RocksTimerError, StoreClosedError
 from rocks_timer.front_calls import BrokerCalls
-from rocks_timer.proxy.dedup import RecentSends
+from rocks_timer.recent_sends import RecentSends
 from rocks_timer.remoting.admin import AdminHandlers, RateSampler
 from rocks_timer.remoting.clients import ClientTable
 from rocks_timer.remoting.codes import Request, Response

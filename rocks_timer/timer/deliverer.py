@@ -25,7 +25,8 @@ from rocks_timer.health import DELIVER_PUT, Health
 from rocks_timer.message import TIMER_OUT_MS, UNIQ_KEY, is_system_topic
 from rocks_timer.message_store import MessageStore
 from rocks_timer.timer.delivery import delivery_copy_py
-from rocks_timer.timer.store import DueRecord, TimerKey, TimerStore, join_records
+from rocks_timer.timer.store import (DueRecord, TimerKey, TimerStore, is_column_claim,
+                                     join_records)
 from rocks_timer.timer.tally import DeliveryTally
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,7 @@ class Deliverer:
         self.tally = DeliveryTally()  # lateness, early and per-topic counts, per batch
         # True for an engine whose ``complete`` durably deletes (RocksDB); the wheel forgets at
         # its checkpoint, which syncs the CommitLog first; the memory store forgets everything
-        self._forgets_on_complete = getattr(store, "forgets_on_complete", True)
+        self._forgets_on_complete = store.forgets_on_complete
         # the CommitLog's writer syncs those puts itself, beside the next claim; ``_harvest``
         # still syncs (a no-op then) for any other MessageStore-like object it is given
         self._durable_puts = self._forgets_on_complete and isinstance(messages, MessageStore)
@@ -121,8 +122,9 @@ class Deliverer:
                 return
 
     def _issue(self, records: Sequence[DueRecord], now_ms: int) -> Future | None:
-        copies = getattr(records, "copies", None)  # a claim may carry them, built in bulk
-        if copies is None:
+        if is_column_claim(records):  # the claim built its copies in bulk
+            copies = records.copies
+        else:
             copies = []
             for record in records:
                 copy = record.copy

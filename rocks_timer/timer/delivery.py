@@ -7,8 +7,8 @@ way, as a ``Message``. Engines that keep encoded values (:mod:`rocks_timer.timer
 (:func:`rocks_timer.record.prepare_record`: the CommitLog record with its place, store time and
 CRC left for the writer) in one native call (``rocks_timer/_native/delivery.c``), without a
 ``Message`` per record; where it returns None the engine uses the reference.
-:func:`prepared_copy_py` is the reference of one native result; tests/test_delivery_copies.py
-holds the two equal byte for byte.
+:func:`prepared_copy_py` is the reference of one native result;
+tests/engines/test_delivery_copies.py holds the two equal byte for byte.
 """
 from __future__ import annotations
 

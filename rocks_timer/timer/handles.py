@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 
 from rocks_timer.errors import InvalidHandleError
+from rocks_timer.names import TOPIC_PATTERN  # also imported from here by the fronts and the CLI
 
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 _MSG_ID = re.compile(r"^[0-9A-F]{32}$")
 VERSION = "v1"
 

@@ -64,7 +64,7 @@ def due_histogram(store: Any, now_ms: int, first_day_ms: int | None = None,
     counts = store.count_due(ranges)
     return {
         "from_ms": t0,
-        "basis": getattr(store, "due_basis", "key due time"),
+        "basis": store.due_basis,
         "buckets": {name: counts[i] for i, (name, _, _) in enumerate(BUCKETS)},
         "days": [{"day": iso_day(lo), "from_ms": lo, "count": c}
                  for (lo, _), c in zip(ranges[len(BUCKETS):], counts[len(BUCKETS):])],

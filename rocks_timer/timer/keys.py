@@ -25,7 +25,7 @@ import struct
 
 from rocks_timer.errors import CorruptRecordError, InvalidMessageError
 from rocks_timer.message import msg_id_bytes
-from rocks_timer.routing import MAX_KEY_BYTES, validate_key
+from rocks_timer.names import MAX_KEY_BYTES, validate_key
 from rocks_timer.timer.store import TimerKey
 
 DUE = struct.Struct(">Q")
@@ -108,6 +108,10 @@ def decode_key(raw: bytes) -> TimerKey:
     return TimerKey(DUE.unpack_from(raw)[0], topic, raw[-MSG_ID_SIZE:].hex().upper())
 
 
+def topic_count_key(topic: bytes) -> bytes:
+    return META_TOPIC_COUNT_PREFIX + topic
+
+
 def key_due_ms(raw: bytes) -> int:
     """The due time of a timer key (or of any key at least 8 bytes long, such as a prefix)."""
     return DUE.unpack_from(raw)[0]
@@ -144,8 +148,14 @@ KEY_LEN = struct.Struct(">H")
 MAX_INDEX_KEY_BYTES = MAX_KEY_BYTES
 META_KEY_INDEX = b"format.key_index"  # present once the key index and due counters are built
 # 2: the compact due counters below; a store at 1 (14-byte counter keys, u64 counts) has its
-# counters rebuilt on open (keyindex.ensure_built)
-KEY_INDEX_VERSION = b"2"
+# counters rebuilt on open (KeyIndex.ensure_built). 3: the per-topic pending counters below
+# too; a store at 1 or 2 has its counters rebuilt from the timer keys alone on open
+KEY_INDEX_VERSION = b"3"
+READABLE_KEY_INDEX_VERSIONS = (b"1", b"2", KEY_INDEX_VERSION)
+# per-topic pending counters (column family ``meta``): key = "tpc." + the topic's UTF-8 bytes,
+# value = the count as ``pack_count`` writes it; absent = 0. Changed in the WriteBatch of every
+# change of the timer keys, like the due counters, so a scrape reads them in O(topics)
+META_TOPIC_COUNT_PREFIX = b"tpc."
 # due counters (column family ``meta``): pending keys per due second, hour and UTC day; key =
 # a 2-byte prefix + the bucket number (due_ms // width) as 6 bytes big-endian, value = the
 # count as a big-endian unsigned integer of as few bytes as it needs; absent = 0. Every send

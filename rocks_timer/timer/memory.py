@@ -16,10 +16,10 @@ from rocks_timer.timer.handles import decode_handle, encode_handle
 from rocks_timer.timer.histogram import count_in_memory
 from rocks_timer.timer.keys import decode_key, encode_key, key_index_prefix
 from rocks_timer.timer.store import (DueRecord, KeyCancel, PendingEntry, Rescheduled, ScanPage,
-                                     Scheduled, StoreStats, TimerKey, TimerRecord)
+                                     Scheduled, StoreStats, TimerKey, TimerRecord, TimerStore)
 
 
-class MemoryTimerStore:
+class MemoryTimerStore(TimerStore):
     """Pending messages in memory, delivered in key order, never early."""
 
     name = "memory"

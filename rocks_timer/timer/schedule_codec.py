@@ -4,7 +4,8 @@ the value and the cancel handle, for a whole batch at once.
 ``encode_schedule`` uses the optional C encoder (``rocks_timer/_native/timer.c``) when it was
 built and falls back to ``encode_schedule_py``, the reference built from the key, value and
 handle codecs, for a batch the C one declines (a record out of the ordinary, whose error the
-reference raises and names). The two give the same bytes (tests/test_schedule_codec.py).
+reference raises and names). The two give the same bytes
+(tests/engines/rocksdb/test_schedule_codec.py).
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from bisect import bisect_left
 from typing import Any, Sequence
 
 from rocks_timer.timer import keys as K
+from rocks_timer.timer.store import is_column_claim
 
 try:
     from rocks_timer._native.codec import delivery_tally as _native_tally
@@ -93,7 +94,7 @@ class DeliveryTally:
 
     def add(self, records: Sequence[Any], store_ms: int) -> None:
         """One delivered batch whose copies were stored at ``store_ms``."""
-        tokens = getattr(records, "tokens", None)  # a RocksDB claim: its raw keys, in order
+        tokens = records.tokens if is_column_claim(records) else None  # raw keys, in order
         if tokens is not None and len(tokens) == len(records):
             topics, counts, total, early = tally_keys(tokens, store_ms, LATENESS_BOUNDS_MS)
         else:

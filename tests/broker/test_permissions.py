@@ -1,4 +1,4 @@
-"""DESIGN §15: a data dir and everything the broker creates in it are owner-only."""
+"""ARCHITECTURE §4: a data dir and everything the broker creates in it are owner-only."""
 from __future__ import annotations
 
 import os

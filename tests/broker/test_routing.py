@@ -1,4 +1,4 @@
-"""Every validation rule and routing rule of DESIGN §3-§4, through Broker.send."""
+"""Every validation rule and routing rule of ARCHITECTURE §3, through Broker.send."""
 import datetime as dt
 
 import pytest

@@ -1,5 +1,5 @@
-"""The fault matrix (DESIGN §6, §9; issue 13): for each log and state file of a data dir and each
-fault (torn tail, flipped byte in the middle, missing file, truncated middle file, wrong size,
+"""The fault matrix (ARCHITECTURE §4, §7; issue 13): for each log and state file of a data dir and
+each fault (torn tail, flipped byte in the middle, missing file, truncated middle file, wrong size,
 permissions), what is kept, what is reported and the exit status of ``rtimer check``.
 
 Every row builds a real data dir with small files (three CommitLog segments, four ConsumeQueue
@@ -127,7 +127,8 @@ def test_commitlog_missing_middle_segment(tmp_path):
         assert broker.stats()["pending"] == PENDING
     code, out = rtimer_check(tmp_path)
     assert code == 1 and "segment 00000000000000098304 is missing" in out
-    assert f"{len(lost)} acknowledged message(s) lost" in out  # named: tests/test_commitlog_loss.py
+    # named: tests/faults/test_commitlog_loss.py
+    assert f"{len(lost)} acknowledged message(s) lost" in out
 
 
 def test_commitlog_truncated_middle_segment(tmp_path):

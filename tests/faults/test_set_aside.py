@@ -1,5 +1,5 @@
 """Set-aside (quarantined) timer messages stay visible until an operator decides (issue #30
-point 4, DESIGN §6c): listed by message (msg_id, topic, keys, due time, reason), exported raw,
+point 4, ARCHITECTURE §9): listed by message (msg_id, topic, keys, due time, reason), exported raw,
 restored once the cause is fixed (refused while it is not), counted in stats, failing check."""
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ def test_ack_forgets_and_no_ack_redelivers_with_the_next_attempt(make_broker, cl
 @pytest.mark.parametrize("engine_name", ["memory", "rocksdb", "rocksdb-inline"])
 def test_change_invisible_moves_the_deadline_and_replaces_the_handle(make_broker, clock,
                                                                      engine_name):
-    # engines whose cancel is definite (the wheel's delete marker is not: DESIGN §5)
+    # engines whose cancel is definite (the wheel's delete marker is not: ARCHITECTURE §4)
     broker = make_broker(engine_name)
     pop = PopService(broker)
     broker.send(Message(topic="T", body=b"slow"))

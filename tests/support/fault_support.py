@@ -1,5 +1,5 @@
-"""Helpers of the fault matrix (tests/test_fault_matrix.py): a seeded data dir with small files,
-reopening it, what a consumer still gets, and making a file unusable."""
+"""Helpers of the fault matrix (tests/faults/test_fault_matrix.py): a seeded data dir with small
+files, reopening it, what a consumer still gets, and making a file unusable."""
 from __future__ import annotations
 
 import os

@@ -41,7 +41,7 @@ LAYOUTS = ("inline", "vlog")
 
 @pytest.fixture(params=LAYOUTS)
 def layout(request):
-    """Every RocksTimerStore test runs on both layouts of DESIGN §6b."""
+    """Every RocksTimerStore test runs on both layouts (ARCHITECTURE §8)."""
     return request.param
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -174,3 +175,17 @@ def test_bench_dir_fsync_smoke(tmp_path, capsys):
     report = json.loads((tmp_path / "dir_fsync.json").read_text())
     assert report["plain_ms"] > 0 and report["durable_ms"] > 0
     assert "with the directory's fsync" in capsys.readouterr().out
+
+
+def test_bench_ab_smoke(tmp_path, capsys):
+    """One A/B round of a small benchmark, this checkout against itself."""
+    from bench import ab as bench_ab
+    root = Path(__file__).resolve().parents[2]
+    assert bench_ab.main(["--a", str(root), "--b", str(root), "--rounds", "1",
+                          "--result", "commitlog", "--results-dir", str(tmp_path), "--",
+                          "bench.commitlog", "--messages", "300", "--runs", "1"]) == 0
+    report = json.loads((tmp_path / "ab-commitlog.json").read_text())
+    row = report["figures"]["messages"]
+    assert row["a"] == row["b"] == 300 and row["b_over_a"] == 1.0
+    assert not row["lower_is_better"] and bench_ab.lower_is_better("burst.drain_s")
+    assert "| figure | A (median) |" in capsys.readouterr().out

@@ -258,9 +258,9 @@ def test_bench_forwards_arguments(monkeypatch):
 
 
 def test_bench_missing_module_is_a_clear_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "bench.tune_compaction", None)
+    monkeypatch.setitem(sys.modules, "spark.tune_compaction", None)
     result = CliRunner().invoke(cli, ["bench", "tune", "--quick"])
-    assert_one_line_error(result, "bench.tune_compaction is not available")
+    assert_one_line_error(result, "spark.tune_compaction is not available")
 
 
 # -- demo --------------------------------------------------------------------------------------

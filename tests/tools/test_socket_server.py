@@ -1,4 +1,4 @@
-"""The running broker's Unix socket is bounded (DESIGN §15): connection cap (the refused client is
+"""The running broker's socket is bounded (ARCHITECTURE §4): connection cap (the refused client is
 told), idle timeout, total buffered request bytes, listen backlog, the CLI's argument bounds on
 every op, and a client that goes away logged as one line."""
 from __future__ import annotations

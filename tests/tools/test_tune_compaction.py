@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from bench import tune_compaction as tune
+from spark import tune_compaction as tune
 
 
 def real_disk(path):
@@ -37,24 +37,28 @@ def test_pareto_front_keeps_only_unbeaten_rows():
 
 
 def test_compaction_cpu_is_read_from_the_histogram_or_reported_missing():
-    class Opts:
-        def __init__(self, text):
-            self.text = text
-
-        def get_statistics(self):
-            return self.text
-
     class Timer:
-        pass
+        text = ""
+
+        def statistics(self):
+            return self.text
 
     class Broker:
         timer = Timer()
 
-    Broker.timer._db_options = Opts("rocksdb.compaction.times.cpu_micros P50 : 1.0 P95 : 2.0 "
-                                    "P99 : 2.0 P100 : 2.0 COUNT : 3 SUM : 2500000\n")
+    Broker.timer.text = ("rocksdb.compaction.times.cpu_micros P50 : 1.0 P95 : 2.0 "
+                         "P99 : 2.0 P100 : 2.0 COUNT : 3 SUM : 2500000\n")
     assert tune.compaction_cpu(Broker) == (2.5, 3)
-    Broker.timer._db_options = Opts("rocksdb.bytes.written COUNT : 5\n")
+    Broker.timer.text = "rocksdb.bytes.written COUNT : 5\n"
     assert tune.compaction_cpu(Broker) == (-1.0, -1)
+
+
+def test_compaction_cpu_reads_a_real_stores_statistics(tmp_path):
+    from rocks_timer import Broker, BrokerConfig
+    with Broker.open(tmp_path / "d", BrokerConfig(timer_engine="rocksdb")) as broker:
+        assert "rocksdb.compaction.times.cpu_micros" in broker.timer.statistics()
+        seconds, compactions = tune.compaction_cpu(broker)
+        assert seconds >= 0 and compactions >= 0
 
 
 @pytest.mark.spark

@@ -7,51 +7,55 @@ reason to stop: the keys after it are claimed as usual.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Any
 
-from rocksdict import ReadOptions, WriteBatch
+from rocksdict import ReadOptions
 
 from rocks_timer.errors import CorruptRecordError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb import keyindex
-from rocks_timer.timer.rocksdb.keyindex import IndexChanges
+from rocks_timer.timer.rocksdb.claims import Claims
+from rocks_timer.timer.rocksdb.database import Database
 from rocks_timer.timer.rocksdb.scan import check_iterator
-from rocks_timer.timer.rocksdb import meta as rocks_meta
 from rocks_timer.timer.delivery import delivery_copy_py
-from rocks_timer.timer.rocksdb import segments as S
+from rocks_timer.timer.rocksdb.vlog import segments as S
 from rocks_timer.timer.rocksdb.claim_codec import claim_batch
 from rocks_timer.timer.rocksdb.claimed import ClaimedBatch
 from rocks_timer.timer.rocksdb.setaside import name_key
+from rocks_timer.timer.rocksdb.transaction import Writer
+from rocks_timer.timer.rocksdb.vlog import ValueLog
 from rocks_timer.timer.values import decode_value
-
-if TYPE_CHECKING:
-    from rocks_timer.timer.rocksdb.store import RocksTimerStore
 
 log = logging.getLogger(__name__)
 
 
-def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int,
-              max_bytes: int) -> "ClaimedBatch | list":
-    if max_messages <= 0:
-        return []
-    with store._lock:
-        store._check_open()
+class Claimer:
+    """The claim: receives the database (to walk the index), the claim state (to advance),
+    the value log (``vlog``: the segment descriptors the native claim reads) and the writer
+    (a set-aside is one transaction). The caller holds the store's lock."""
+
+    def __init__(self, db: Database, claims: Claims, vlog: ValueLog | None, writer: Writer,
+                 where: Any) -> None:
+        self._db, self._claims, self._vlog, self._writer = db, claims, vlog, writer
+        self._where = where
+
+    def claim(self, now_ms: int, max_messages: int, max_bytes: int
+              ) -> "tuple[ClaimedBatch | list, bool]":
+        """The due records from the cursor, and whether more may be due now (the walk or the
+        byte budget filled: the reclaim waits while a backlog drains)."""
         read_opts = ReadOptions()
         read_opts.set_iterate_upper_bound(K.due_prefix(now_ms + 1))  # never early
         # each claimed entry is read once and deleted: caching its block would only evict the
-        # blocks that scans, cancels and sends reuse (a 1,000,000 burst: 7.0 s -> 5.8-6.3 s
-        # inline, docs/BENCHMARKS.md)
+        # blocks that scans, cancels and sends reuse (docs/BENCHMARKS.md has the figures)
         read_opts.fill_cache(False)
-        vlog = store.vlog
+        vlog, claims = self._vlog, self._claims
         keys: list[bytes] = []
         values: list[bytes] = []
-        it = store._timer.iter(read_opts)
-        in_flight = store._in_flight
+        it = self._db.timer.iter(read_opts)
         key_of, value_of, step = it.key, it.value, it.next
         add_key, add_value = keys.append, values.append
         try:
-            it.seek(store._claim_cursor)
+            it.seek(claims.cursor)
             for _ in range(max_messages):
                 key = key_of()  # None once the iterator is no longer valid
                 if key is None:
@@ -59,44 +63,50 @@ def claim_due(store: "RocksTimerStore", now_ms: int, max_messages: int,
                 add_key(key)
                 add_value(value_of())
                 step()
-            check_iterator(it, f"timer store {store.path} claim")  # never a silent early end
+            check_iterator(it, f"timer store {self._where} claim")  # never a silent early end
         finally:
             del it, key_of, value_of, step
         # every in-flight key sorts below the claim cursor (claims advance it), so none is
         # read again; this stays as a guard (one C-level pass, not a lookup per key in Python)
         whole = True  # the walk took every key of its range (its span, ClaimedBatch)
-        if in_flight and not in_flight.keys().isdisjoint(keys):
-            kept = [i for i, raw in enumerate(keys) if raw not in in_flight]
+        if claims.overlaps(keys):
+            kept = [i for i, raw in enumerate(keys) if raw not in claims]
             keys, values = [keys[i] for i in kept], [values[i] for i in kept]
             whole = False
-        store._backlog = len(keys) >= max_messages  # more may be due now (maint)
+        backlog = len(keys) >= max_messages
         if not keys:
-            return []
-        fds = None
-        if vlog is not None:
-            fds = {sid: seg.file.fd for sid, seg in vlog.segments.items() if seg.file is not None}
+            return [], backlog
+        fds = vlog.descriptors() if vlog is not None else None
         cut, sizes, bodies, copies, codes = claim_batch(keys, values, fds, max_bytes, now_ms)
         first, last = keys[0], keys[cut - 1]
-        store._backlog = store._backlog or cut < len(keys)  # the byte budget cut it
+        backlog = backlog or cut < len(keys)  # the byte budget cut it
         del keys[cut:], values[cut:]
         messages = [None] * cut
         bad = [i for i in range(cut) if copies[i] is None]
         corrupt = _fill_slow_copies(keys, values, bodies, copies, codes, messages, bad, now_ms)
         if corrupt:
-            quarantine(store, [(keys[i], values[i], exc) for i, exc in corrupt])
+            self.set_aside([(keys[i], values[i], exc) for i, exc in corrupt])
             dropped = {i for i, _ in corrupt}
             keep = [i for i in range(cut) if i not in dropped]
             keys, values, bodies, sizes, copies, messages = (
                 [column[i] for i in keep]
                 for column in (keys, values, bodies, sizes, copies, messages))
-        if fds is not None:  # vlog: completing a key releases its record's bytes (a value
-            in_flight.update(zip(keys, values))  # kept inline is skipped: drop_pointers)
-        else:
-            in_flight.update(dict.fromkeys(keys))
-        store._claim_cursor = K.key_successor(last)
-        # quarantined keys stay inside the span: they left the timer family already
-        spans = [(first, store._claim_cursor)] if whole else None
-    return ClaimedBatch(keys, bodies, sizes, copies, messages, spans)
+        # vlog: completing a key releases its record's bytes (a value kept inline is skipped:
+        # drop_pointers); inline: nothing to release
+        claims.claimed(keys, values if fds is not None else None, last)
+        # set-aside keys stay inside the span: they left the timer family already
+        spans = [(first, claims.cursor)] if whole else None
+        return ClaimedBatch(keys, bodies, sizes, copies, messages, spans), backlog
+
+    def set_aside(self, corrupt: list[tuple[bytes, bytes, CorruptRecordError]]) -> None:
+        """Move undecodable values to the ``corrupt`` family (one transaction); never deliver
+        them."""
+        txn = self._writer.begin()
+        for raw, value, exc in corrupt:
+            txn.set_aside(raw, value)
+            log.error("timer store %s: set aside %s (%d value bytes; rtimer set-aside list): "
+                      "%s", self._where, name_key(raw), len(value), exc)
+        txn.commit()
 
 
 def _fill_slow_copies(keys, values, bodies, copies, codes, messages, slow, now_ms):
@@ -129,29 +139,3 @@ def _refusal(raw: bytes, index_value: bytes, code: str) -> CorruptRecordError:
              else f"timer key {raw.hex()}")
     reason = "the segment is missing" if code == "missing" else S.REFUSED.get(code, code)
     return CorruptRecordError(f"{where}: {reason}", where=where, raw=bytes(index_value))
-
-
-def quarantine(store: "RocksTimerStore", corrupt: list[tuple[bytes, bytes, CorruptRecordError]]) -> None:
-    """Move undecodable values to the ``corrupt`` family (one batch); never deliver them."""
-    batch = WriteBatch(raw_mode=True)
-    for raw, value, exc in corrupt:
-        batch.put(raw, value, store._corrupt_h)
-        batch.delete(raw, store._timer_h)
-        log.error("timer store %s: set aside %s (%d value bytes; rtimer set-aside list): %s",
-                  store.path, name_key(raw), len(value), exc)
-    pending = store._pending - len(corrupt)
-    count = store._corrupt_count + len(corrupt)
-    batch.put(K.META_PENDING, rocks_meta.pack_u64(pending), store._meta_h)
-    batch.put(K.META_CORRUPT, rocks_meta.pack_u64(count), store._meta_h)
-    changes = IndexChanges()  # its KEYS cannot be read: its index entries dangle (keyindex)
-    for raw, _, _ in corrupt:
-        changes.removed(raw)
-    # the set-aside row still points at its segment record: its bytes stay counted live, so
-    # the segment is not released under it (export and restore read them; setaside.py)
-    new_counts = keyindex.stage(store, changes, batch)
-    store._write(batch)
-    if store.vlog is not None:
-        store.vlog.note_lost(sum(1 for _, value, _ in corrupt if I.is_pointer(value)))
-    keyindex.commit(store, changes, new_counts)
-    store._pending, store._corrupt_count = pending, count
-    store._deletes_since_reclaim += len(corrupt)

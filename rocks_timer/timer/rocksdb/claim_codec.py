@@ -2,8 +2,8 @@
 reads, and prepared CommitLog copies (see :mod:`rocks_timer.timer.delivery`).
 
 ``claim_batch`` is the native ``claim_batch`` (``rocks_timer/_native/claim.c``) when it was
-built, else :func:`claim_batch_py`, its reference; tests/test_claim_native.py holds the two
-equal. Codes name why an entry cannot be delivered; the claim turns them into
+built, else :func:`claim_batch_py`, its reference; tests/engines/rocksdb/test_claim_native.py
+holds the two equal. Codes name why an entry cannot be delivered; the claim turns them into
 ``CorruptRecordError``s and sets those entries aside.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.delivery import native_copies
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb import segments as S
+from rocks_timer.timer.rocksdb.vlog import segments as S
 
 try:
     from rocks_timer._native.codec import claim_batch as _native_claim

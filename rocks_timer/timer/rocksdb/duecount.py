@@ -97,6 +97,22 @@ class DueCounters:
                 delete(name, meta_h)
         return new
 
+    def stage_one(self, due_ms: int, batch: WriteBatch) -> dict[bytes, int]:
+        """:meth:`stage` of one new key (the single send): its three counters up by one."""
+        cache, meta_h = self._cache, self._meta_h
+        put = batch.put
+        new: dict[bytes, int] = {}
+        names = K.due_counter_keys(due_ms)
+        missing = [name for name in names if name not in cache]
+        if missing:
+            for name, raw in zip(missing, self._meta.get(missing)):
+                cache[name] = 0 if raw is None else unpack_count(raw)
+        for name in names:
+            value = cache[name] + 1
+            new[name] = value
+            put(name, value.to_bytes((value.bit_length() + 7) // 8, "big"), meta_h)
+        return new
+
     def commit(self, new: dict[bytes, int]) -> None:
         if len(self._cache) + len(new) > CACHE_MAX:
             self._cache.clear()

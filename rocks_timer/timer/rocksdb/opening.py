@@ -8,7 +8,7 @@ from __future__ import annotations
 import gc
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable, TypeVar
 
 from rocksdict import Options, Rdict
 
@@ -16,17 +16,16 @@ from rocks_timer.config import BrokerConfig
 from rocks_timer.errors import (ConfigError, CorruptRecordError, RocksTimerError,
                                 StoreLockedError)
 from rocks_timer.fileio import mkdir_durably
-from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb import meta as rocks_meta
+from rocks_timer.timer.rocksdb.database import CORRUPT_CF, META_CF, TIMER_CF, Database
 from rocks_timer.timer.rocksdb.profiles import build_options, compaction_style
 from rocks_timer.timer.rocksdb.profiles import index_options as profile_index_options
 from rocks_timer.timer.rocksdb.profiles import meta_options
 from rocks_timer.timer.rocksdb.status import storage_io_error
 
-if TYPE_CHECKING:
-    from rocks_timer.timer.rocksdb.store import RocksTimerStore
-
-TIMER_CF, META_CF, CORRUPT_CF = "timer", "meta", "corrupt"
+T = TypeVar("T")
+__all__ = ["CORRUPT_CF", "META_CF", "TIMER_CF", "open_database", "construct", "finish",
+           "refuse_damaged", "rocks_error"]
 _LOCK_MARKERS = ("lock hold by", "No locks available", "Resource temporarily unavailable",
                  "While lock file")
 
@@ -72,10 +71,9 @@ def refuse_damaged(path: Path) -> None:
             f"to start empty over them; {REPAIR_HINT}", where=str(path))
 
 
-def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
-               reclaim_after_deletes: int) -> "RocksTimerStore":
-    """``RocksTimerStore.open``."""
-    path = Path(path)
+def open_database(path: Path, config: BrokerConfig) -> tuple[Database, "rocks_meta.StoredState"]:
+    """Open (or create) the RocksDB at ``path`` with the store's column families, after the
+    refusals above; check the format settings in ``meta`` and read the stored state."""
     style = compaction_style(config.rocksdb_profile)  # ConfigError for an unknown profile
     refuse_damaged(path)
     mkdir_durably(path)  # RocksDB fsyncs the directory's entries, not its name
@@ -97,23 +95,42 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
     try:
         state = rocks_meta.load(db, META_CF, style, str(path), config.rocksdb_layout,
                                 index_style, meta_style)
-        store = cls(path, config, db, db_options, state, reclaim_after_deletes)
-    except (RocksTimerError, OSError) as exc:
-        error = exc.with_traceback(None)
-    except Exception as exc:  # noqa: BLE001 - rocksdict: a damaged table read while loading
-        error = rocks_error(path, str(exc))
     except BaseException as exc:
-        # the failed constructor's frames hold column family handles, which keep the LOCK
-        # after close: drop them first, or every later open says "in use"
+        _close_failed(db, path, exc)
+    sync_writes = config.rocksdb_sync or config.flush_disk_type == "sync"
+    return Database(db, db_options, sync_writes), state
+
+
+def _close_failed(db: Any, path: Path, exc: BaseException) -> None:
+    """Close a DB whose open failed half way and raise the error of the error tree."""
+    if isinstance(exc, (RocksTimerError, OSError)) or not isinstance(exc, Exception):
         error = exc.with_traceback(None)
-    else:
-        error = None
-    if error is not None:
-        gc.collect()
-        db.close()
-        raise error
+    else:  # rocksdict: a damaged table read while loading
+        error = rocks_error(path, str(exc))
+    # the failed frames hold column family handles, which keep the LOCK after close: drop
+    # them first, or every later open says "in use"
+    del exc
+    gc.collect()
+    db.close()
+    raise error
+
+
+def construct(path: Path, db: Database, build: Callable[[], T]) -> T:
+    """``build()`` the store over ``db``; a failure closes the database first (see
+    :func:`_close_failed`) and raises the error of the error tree."""
     try:
-        keyindex.ensure_built(store)
+        return build()
+    except BaseException as exc:
+        error = exc
+    _close_failed(db, path, error)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def finish(path: Path, store: Any, step: Callable[[], Any]) -> None:
+    """Run the last step of an open (the key index build); a failure closes the store and
+    raises the error of the error tree."""
+    try:
+        step()
     except (RocksTimerError, OSError):
         store.close()
         raise
@@ -123,4 +140,3 @@ def open_store(cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
     except BaseException:
         store.close()
         raise
-    return store

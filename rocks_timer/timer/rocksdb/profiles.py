@@ -9,9 +9,9 @@ The compaction style of a profile defines the on-disk format (RocksDB cannot swi
 DB between leveled and universal), so the store records it in ``meta`` and refuses a mismatch;
 switching between profiles with the same style (``default``, ``blob``, ``tuned``) is allowed.
 
-A ``vlog`` store's index (key + pointer, DESIGN §6b) has its own compaction: ``universal`` for
+A ``vlog`` store's index (key + pointer, ARCHITECTURE §8) has its own compaction: ``universal`` for
 new stores (:func:`index_options`), because leveled compaction rewrote the randomly ordered
-index entries 2.8x as much (docs/COMPACTION.md); the choice is the format setting
+index entries several times as much (docs/COMPACTION.md); the choice is the format setting
 ``format.index_compaction``.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _base() -> Options:
     table = BlockBasedOptions()
     table.set_bloom_filter(10, False)
     opts.set_block_based_table_factory(table)
-    # the same lookups against the memtable: a whole-key bloom makes a miss ~5x cheaper
+    # the same lookups against the memtable: a whole-key bloom makes a miss cheaper (BENCHMARKS.md)
     opts.set_memtable_prefix_bloom_ratio(0.1)
     opts.set_memtable_whole_key_filtering(True)
     return opts
@@ -152,8 +152,8 @@ def meta_options(meta_compaction: str) -> Options:
     """Options of the ``meta`` column family. ``level``: RocksDB's defaults, as stores made
     before ``format.meta_compaction`` have it. ``universal`` (new stores): the due counters put
     a row per due second there, created by sends and deleted by deliveries in random order, so
-    leveled compaction rewrote them again and again (2,000,000 month messages: 42 B a message
-    of compaction, 11 B universally, none with ``reclaim.META_FLUSH_EVERY``'s fewer flushes)."""
+    leveled compaction rewrote them again and again (docs/COMPACTION.md has the figures, and
+    why ``background.META_FLUSH_EVERY``'s fewer flushes leave none)."""
     if meta_compaction == "level":
         return Options(raw_mode=True)
     if meta_compaction != "universal":

@@ -1,4 +1,4 @@
-"""``rtimer repair`` for the RocksDB timer store (DESIGN §6c, issue 30).
+"""``rtimer repair`` for the RocksDB timer store (ARCHITECTURE §9, issue 30).
 
 What it does, in order:
 
@@ -40,7 +40,7 @@ import shutil
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rocksdict import AccessType, DBRecoveryMode, Options, Rdict, ReadOptions
 
@@ -50,19 +50,16 @@ from rocks_timer.errors import (CorruptRecordError, RocksTimerError, StoreIOErro
 from rocks_timer.fileio import fsync_dir
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb import segments as S
-from rocks_timer.timer.rocksdb.liveness import ARRIVAL, SEGMENT
+from rocks_timer.timer.rocksdb.vlog import segments as S
+from rocks_timer.timer.rocksdb.vlog.liveness import ARRIVAL, SEGMENT
 from rocks_timer.timer.rocksdb.opening import META_CF, TIMER_CF, rocks_error
-from rocks_timer.timer.rocksdb.vlog import CURSOR_FILE
+from rocks_timer.timer.rocksdb.vlog.valuelog import CURSOR_FILE
 from rocks_timer.timer.rocksdb.walscan import WalScan
 from rocks_timer.timer.values import decode_value, peek_value
 
-if TYPE_CHECKING:
-    from rocks_timer.timer.rocksdb.store import RocksTimerStore
-
 log = logging.getLogger(__name__)
 # the recovery campaign kills a real ``rtimer repair`` at each of these points (SIGKILL to
-# itself when the variable names the point): tests/test_recovery_campaign.py
+# itself when the variable names the point): tests/faults/test_recovery_campaign.py
 KILL_AT_ENV = "RTIMER_REPAIR_KILL_AT"
 KILL_POINTS = ("copied", "salvaged", "built", "complete", "old-moved", "switched")
 
@@ -142,7 +139,7 @@ class StoreRepair:
     Receives the store class it opens results with and the configuration; owns the directories
     ``<path>.rebuild`` and ``<path>.before-repair-<n>``."""
 
-    def __init__(self, store_cls: "type[RocksTimerStore]", path: Path, config: BrokerConfig,
+    def __init__(self, store_cls: Any, path: Path, config: BrokerConfig,
                  data_dir_in_use: bool = False, rebuild: bool = False) -> None:
         self.store_cls = store_cls
         self.path = Path(path)
@@ -379,7 +376,7 @@ class StoreRepair:
         rows: dict[int, list] = {}
         for key, (seg_id, offset, length, info) in scan.live.items():
             if cursor and key < cursor:
-                continue  # delivered for good (DESIGN §6: nothing pending below the cursor)
+                continue  # delivered for good (ARCHITECTURE §4: nothing pending below the cursor)
             if isinstance(info, str):
                 self.report.lost.append(self._lost(salvage, key, None, f"its value-segment "
                                                    f"record does not decode: {info}"))

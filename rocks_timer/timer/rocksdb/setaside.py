@@ -2,11 +2,11 @@
 
 The RocksDB engine moves a pending message whose value does not decode, or whose value-segment
 record is damaged, short, missing or holds another key, out of the ``timer`` column family into
-``corrupt`` (key and index value byte for byte, ``claim.quarantine``). It is never delivered and
-never dropped: it stays there until an operator decides (DESIGN §6c). This module names each one
-by message and exports what can be read of it; listing and export read only, so they run on a
-live store and on a ``ReadOnlyView`` alike. ``restore`` puts back (live store only) what decodes
-now, in the same WriteBatch as the schedule that re-indexes it.
+``corrupt`` (key and index value byte for byte, ``Transaction.set_aside``). It is never delivered and
+never dropped: it stays there until an operator decides (ARCHITECTURE §9). This module names
+each one by message and exports what can be read of it; listing and export read only, so they
+run on a live store and on a ``ReadOnlyView`` alike. ``restore`` puts back (live store only)
+what decodes now, in the same WriteBatch as the schedule that re-indexes it.
 
 The timer key always survives (it is the row's key): msg_id, topic and due time are known for
 every set-aside message. KEYS, tags and the body are known when the value decodes; the reason is
@@ -19,23 +19,17 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
-
-from rocksdict import WriteBatch
+from typing import Any, Callable, Iterable
 
 from rocks_timer.errors import CorruptRecordError, InvalidMessageError
 from rocks_timer.fileio import fsync_dir
 from rocks_timer.message import Message
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb import segments as S
-from rocks_timer.timer.rocksdb import meta as rocks_meta
+from rocks_timer.timer.rocksdb.vlog import segments as S
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.store import TimerRecord
 from rocks_timer.timer.values import decode_value
-
-if TYPE_CHECKING:
-    from rocks_timer.timer.rocksdb.store import RocksTimerStore
 
 MANIFEST = "manifest.json"
 
@@ -223,15 +217,10 @@ def read_rows(family: Any) -> list[tuple[bytes, bytes]]:
     return rows
 
 
-def live_rows(store: "RocksTimerStore") -> list[tuple[bytes, bytes]]:
-    with store._lock:
-        store._check_open()
-        return read_rows(store._corrupt)
-
-
-def examine_live(store: "RocksTimerStore") -> list[Examined]:
-    rows = live_rows(store)
-    reader = SegmentReader(store.path / "vlog") if store.vlog is not None else None
+def examine_rows(rows: list[tuple[bytes, bytes]], vlog_dir: Path | None) -> list[Examined]:
+    """Name every set-aside row of a live store (``vlog_dir``: its value segments, read
+    through descriptors of their own; None in ``inline``)."""
+    reader = SegmentReader(vlog_dir) if vlog_dir is not None else None
     try:
         return [examine(raw, value, reader) for raw, value in rows]
     finally:
@@ -239,24 +228,24 @@ def examine_live(store: "RocksTimerStore") -> list[Examined]:
             reader.close()
 
 
-def restore(store: "RocksTimerStore", msg_ids: Iterable[str] | None, now_ms: int
-            ) -> dict[str, Any]:
+def restore(examined: list[Examined], msg_ids: Iterable[str] | None,
+            schedule: Callable[..., Any], now_ms: int) -> dict[str, Any]:
     """Put back the chosen set-aside messages that decode now: each is scheduled again (its
     due time kept, or raised to the low watermark if it has passed, as any send's), and its
-    ``corrupt`` row, the quarantine count and its old key's KEYS entries go in the same
-    WriteBatch, so a crash leaves it either set aside or pending, never both. The ones that
-    still do not decode are refused, with the reason."""
-    chosen = select(examine_live(store), msg_ids)
+    ``corrupt`` row, the set-aside count and its old key's KEYS entries go in the same
+    transaction, so a crash leaves it either set aside or pending, never both. The ones that
+    still do not decode are refused, with the reason. ``schedule`` is the store's."""
+    chosen = select(examined, msg_ids)
     good = [e for e in chosen if e.info.restorable]
     refused = [e.info.as_dict() for e in chosen if not e.info.restorable]
     if good:
         # message keys decoded now: the old key's KEYS index entries (left dangling by the
-        # quarantine) go too; a restored key equal to the old one puts them back after this
+        # set-aside) go too; a restored key equal to the old one puts them back after this
         stale = [K.index_entry(e.raw_key, key) for e in good for key in dict.fromkeys(
             e.message.keys)]
-        store.schedule([TimerRecord(e.info.due_ms, e.message) for e in good], now_ms,
-                       retire=[(e.raw_key, e.index_value) for e in good],
-                       retire_index_entries=stale)
+        schedule([TimerRecord(e.info.due_ms, e.message) for e in good], now_ms,
+                 retire=[(e.raw_key, e.index_value) for e in good],
+                 retire_index_entries=stale)
     return {"restored": [e.info.as_dict() for e in good], "refused": refused}
 
 
@@ -269,17 +258,3 @@ def count_pointers(seen: dict[int, list[int]], rows: list[tuple[bytes, bytes]]) 
             entry = seen.setdefault(pointer.segment, [0, 0])
             entry[0] += 1
             entry[1] += pointer.length
-
-
-def retire_rows(store: "RocksTimerStore", batch: WriteBatch, raw_keys: list[bytes],
-                index_entries: list[bytes]) -> int:
-    """Stage the removal of set-aside rows into a schedule's batch (store lock held); returns
-    the quarantine count to commit once the batch is written. (The liveness their pointers
-    held is dropped by the schedule's own staging: ``layout.schedule_vlog(drop=...)``.)"""
-    for raw in raw_keys:
-        batch.delete(raw, store._corrupt_h)
-    for entry in index_entries:
-        batch.delete(entry, store._keys_h)
-    count = max(0, store._corrupt_count - len(raw_keys))
-    batch.put(K.META_CORRUPT, rocks_meta.pack_u64(count), store._meta_h)
-    return count

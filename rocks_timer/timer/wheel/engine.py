@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from rocks_timer.clock import Clock, SystemClock
+from rocks_timer.clock import Clock
 from rocks_timer.config import BrokerConfig
 from rocks_timer.fileio import mkdir_durably
 from rocks_timer.errors import (StoreClosedError, TimerFlowControlError,
@@ -29,7 +29,7 @@ from rocks_timer.message import (REAL_QID, REAL_TOPIC, TIMER_DEL_UNIQKEY, TIMER_
                                  TIMER_OUT_MS, UNIQ_KEY, WHEEL_TIMER_TOPIC, Message, new_msg_id)
 from rocks_timer.timer.handles import decode_handle, encode_handle
 from rocks_timer.timer.store import (DueRecord, ScanPage, Scheduled, StoreStats, TimerKey,
-                                     TimerRecord)
+                                     TimerRecord, TimerStore)
 from rocks_timer.timer.wheel.checkpoint import (TimerCheckpointFile, TimerMetricsFile,
                                                 check_format)
 from rocks_timer.timer.wheel.dequeue import DequeueService
@@ -60,7 +60,7 @@ def refuses(c: int, n: int, draw: int) -> bool:
     return c >= 2 * n or draw > 1000 * (c - n) / (n + 0.1)
 
 
-class WheelTimerStore:
+class WheelTimerStore(TimerStore):
     """The file wheel engine: TimerWheel + TimerLog + checkpoint over the CommitLog."""
 
     name = "wheel"
@@ -74,7 +74,7 @@ class WheelTimerStore:
         self.root = Path(root)
         self.message_store = message_store
         self.config = config
-        self.clock = clock or getattr(message_store, "clock", None) or SystemClock()
+        self.clock = clock or message_store.clock  # the clock that stamps what it reads
         self.precision_ms = p = snap_precision(config.timer_precision_ms)
         self.slots_total = slots_total_for(p)
         self.roll_window_slots = effective_roll_window(config.timer_roll_window_slots, p,
@@ -310,6 +310,10 @@ class WheelTimerStore:
             expired = len(self.state.expired_outstanding)
             backlog = 0 if self._closed else self._enqueue.backlog()
             return max(0, wheel + expired + backlog)
+
+    def enqueue_offset(self) -> int | None:
+        """How far the enqueue stage has read the timer topic's queue (``check``)."""
+        return self.state.queue_offset
 
     def check(self) -> dict:
         """Read-only walk of the TimerLog for ``Broker.check``: corrupt units are problems

@@ -38,7 +38,7 @@ def count_slots(wheel: TimerWheel, state: WheelState, ranges: Sequence[tuple[int
             first = a - a % p
             first = first if first >= a else first + p  # slot times are multiples of p
             count = max(0, -(-(b - first) // p))
-            for _t, view, valid in wheel._valid_runs(first, count):
+            for _t, view, valid in wheel.valid_runs(first, count):
                 total += int(view["num"][valid].astype(np.int64).sum())
         if (lo is None or lo < start) and (hi is None or hi >= start):
             total += not_in_slots  # due now: counted just before the claim position

@@ -46,8 +46,8 @@ class TimerWheel:
         self._mm = mmap.mmap(self._fd, self.file_size, access=mmap.ACCESS_WRITE)
         # No readahead: the dequeue walks slots in time order, so the kernel would read ahead
         # into large page-cache folios, and a 32-byte slot update would then dirty (and write
-        # back) the whole folio: 26 KiB per update instead of 4 KiB, measured on this kernel
-        # (docs/WRITE_AMPLIFICATION.md).
+        # back) the whole folio, several times a page per update on this kernel (measured:
+        # docs/BENCHMARKS.md, "Figures the code's comments rest on").
         self._mm.madvise(mmap.MADV_RANDOM)
         self._dirty: set[int] = set()
         self.bytes_flushed = 0
@@ -112,7 +112,7 @@ class TimerWheel:
         return self.get_slot(t_ms).num
 
     # -- vectorised scans over the wheel ----------------------------------------------------------
-    def _valid_runs(self, t0_ms: int, count: int):
+    def valid_runs(self, t0_ms: int, count: int):
         """Yield (first time, numpy view, valid mask) over ``count`` slots from t0, in chunks."""
         p = self.precision_ms
         t = self._floor(t0_ms)
@@ -133,7 +133,7 @@ class TimerWheel:
         p = self.precision_ms
         start = self._floor(from_ms)
         count = max(0, -(-(to_ms - start) // p))
-        for t, _view, valid in self._valid_runs(start, count):
+        for t, _view, valid in self.valid_runs(start, count):
             hits = np.flatnonzero(valid)
             if hits.size:
                 return t + int(hits[0]) * p
@@ -143,7 +143,7 @@ class TimerWheel:
         """Sum of num over the 2S slots from t0 whose stored time matches."""
         self._check_open()
         total = 0
-        for _t, view, valid in self._valid_runs(t0_ms, self.wheel_slots):
+        for _t, view, valid in self.valid_runs(t0_ms, self.wheel_slots):
             total += int(view["num"][valid].astype(np.int64).sum())
         return total
 
@@ -151,7 +151,7 @@ class TimerWheel:
         """Smallest first_pos among valid slots (2S from t0) whose last_pos > max_offset."""
         self._check_open()
         best = LONG_MAX
-        for _t, view, valid in self._valid_runs(t0_ms, self.wheel_slots):
+        for _t, view, valid in self.valid_runs(t0_ms, self.wheel_slots):
             mask = valid & (view["last"] > max_offset)
             if mask.any():
                 best = min(best, int(view["first"][mask].min()))
@@ -162,7 +162,7 @@ class TimerWheel:
         self._check_open()
         found = []
         p = self.precision_ms
-        for t, view, valid in self._valid_runs(t0_ms, self.wheel_slots):
+        for t, view, valid in self.valid_runs(t0_ms, self.wheel_slots):
             for i in np.flatnonzero(valid & (view["last"] >= end_pos)):
                 row = view[int(i)]
                 found.append(Slot(t + int(i) * p, int(row["first"]), int(row["last"]),

@@ -13,7 +13,7 @@ from rocks_timer import Message
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import claim_codec
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb import segments as S
+from rocks_timer.timer.rocksdb.vlog import segments as S
 from rocks_timer.timer.store import TimerKey
 from rocks_timer.timer.values import encode_value
 

@@ -81,11 +81,11 @@ def test_older_store_gets_its_index_built_on_open(open_store, tmp_path):
                    T0)
     # remove what a store made before the key index would not have
     batch = WriteBatch(raw_mode=True)
-    batch.delete_range(K.META_KEY_INDEX_PREFIX, K.META_KEY_INDEX_PREFIX + b"\xff", store._meta_h)
+    batch.delete_range(K.META_KEY_INDEX_PREFIX, K.META_KEY_INDEX_PREFIX + b"\xff", store.db.meta_h)
     for prefix, _ in K.DUE_COUNTER_WIDTHS:
-        batch.delete_range(prefix, prefix + b"\xff" * 9, store._meta_h)
-    batch.delete(K.META_KEY_INDEX, store._meta_h)
-    store._db.write(batch)
+        batch.delete_range(prefix, prefix + b"\xff" * 9, store.db.meta_h)
+    batch.delete(K.META_KEY_INDEX, store.db.meta_h)
+    store.db.write(batch)
     store.close()
     store = open_store(path=tmp_path / "old")
     assert [e.msg_id[-1] for e in store.find("orders", "k1")] == ["1", "3", "5"]
@@ -98,9 +98,9 @@ def test_check_reports_a_missing_entry_and_a_wrong_counter(open_store):
     store.schedule([TimerRecord(T0 + 1000, _message(1, ("k",)))], T0)
     raw = K.encode_key(TimerKey(T0 + 1000, "orders", f"{1:032X}"))
     batch = WriteBatch(raw_mode=True)
-    batch.delete(K.index_entry(raw, "k"), store._meta_h)
-    batch.delete(K.due_counter_keys(T0 + 1000)[0], store._meta_h)
-    store._db.write(batch)
+    batch.delete(K.index_entry(raw, "k"), store.db.meta_h)
+    batch.delete(K.due_counter_keys(T0 + 1000)[0], store.db.meta_h)
+    store.db.write(batch)
     problems = store.check()["problems"]
     assert any("lack their key index entry" in p for p in problems)
     assert any("due counters differ" in p for p in problems)
@@ -122,7 +122,7 @@ def _complete(store, due, pending: list[int]) -> None:
 
 
 def _counter_rows(store) -> int:
-    return len(store._due.stored())
+    return len(store.key_index.due.stored())
 
 
 @settings(max_examples=20, deadline=None)
@@ -166,12 +166,12 @@ def test_a_sparse_delivery_clears_its_counters_by_range(open_store):
     due = store.claim_due(T0 + 1000 * 7 * 1500, 10_000, 1 << 40)
     assert len(due) == 1501
     written = []
-    real = store._write
-    store._write = lambda batch: (written.append(batch.len()), real(batch))
+    real = store.db.write
+    store.db.write = lambda batch: (written.append(batch.len()), real(batch))
     try:
         store.complete(due, None)
     finally:
-        del store._write
+        del store.db.write
     # was 1501 second + 4 hour/day counter deletes (+1 in vlog: the appended-bytes counter moves
     # with the removal record)
     assert written and written[0] < 32  # (and its segment's row: every body is in a segment)
@@ -189,7 +189,7 @@ def test_counters_of_key_index_version_1_are_rewritten_compactly_on_open(open_st
                     for i in range(9)], T0)
     batch = WriteBatch(raw_mode=True)  # what the older code had written
     for prefix, _ in K.DUE_COUNTER_WIDTHS:
-        batch.delete_range(prefix, prefix + b"\xff" * 9, store._meta_h)
+        batch.delete_range(prefix, prefix + b"\xff" * 9, store.db.meta_h)
     legacy = dict(zip(K.LEGACY_DUE_COUNTER_PREFIXES, (1_000, 3_600_000, 86_400_000)))
     counts: dict[bytes, int] = {}
     for i in range(9):
@@ -197,15 +197,15 @@ def test_counters_of_key_index_version_1_are_rewritten_compactly_on_open(open_st
             name = prefix + struct.pack(">Q", (T0 + 1000 * (i % 4)) // width)
             counts[name] = counts.get(name, 0) + 1
     for name, n in counts.items():
-        batch.put(name, struct.pack(">Q", n), store._meta_h)
-    batch.put(K.META_KEY_INDEX, b"1", store._meta_h)
-    store._db.write(batch)
+        batch.put(name, struct.pack(">Q", n), store.db.meta_h)
+    batch.put(K.META_KEY_INDEX, b"1", store.db.meta_h)
+    store.db.write(batch)
     store.close()
     store = open_store(path=path)
     assert store.count_due([(None, None), (T0 + 1000, T0 + 3000)]) == [9, 4]
     assert store.check()["problems"] == []
-    assert bytes(store._meta.get(K.META_KEY_INDEX)) == K.KEY_INDEX_VERSION
-    assert all(store._meta.get(name) is None for name in counts)  # the old rows are gone
+    assert bytes(store.db.meta.get(K.META_KEY_INDEX)) == K.KEY_INDEX_VERSION
+    assert all(store.db.meta.get(name) is None for name in counts)  # the old rows are gone
     assert sorted(e.msg_id[-1] for e in store.find("orders", "k1")) == ["1", "3", "5", "7"]
 
 
@@ -213,7 +213,7 @@ def test_a_key_index_from_a_newer_build_is_refused(open_store, tmp_path):
     from rocks_timer.errors import ConfigError
     path = tmp_path / "newer"
     store = open_store(path=path)
-    store._meta.put(K.META_KEY_INDEX, b"9")
+    store.db.meta.put(K.META_KEY_INDEX, b"9")
     store.close()
     with pytest.raises(ConfigError, match="format.key_index is '9', written by a newer build"):
         open_store(path=path)

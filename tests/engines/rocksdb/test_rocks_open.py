@@ -24,7 +24,7 @@ def test_format_mismatch_is_a_config_error(tmp_path, open_store):
     # same compaction style, other profile: allowed
     open_store(BrokerConfig(rocksdb_profile="tuned"), path=path).close()
     store = open_store(path=path)
-    store._db.get_column_family("meta")[K.META_VALUE_CODEC] = b"7"
+    store.db.meta[K.META_VALUE_CODEC] = b"7"
     store.close()
     with pytest.raises(ConfigError, match="value_codec.*'7'.*'1'"):
         open_store(path=path)

@@ -88,7 +88,7 @@ def test_corrupt_value_is_quarantined_and_the_rest_delivered(tmp_path, open_stor
     store.close()
     store = open_store(inline_small, path=path)  # the count survives, the bytes are kept byte for byte
     assert store.stats().extra["corrupt"] == 1
-    assert bytes(store._corrupt.get(bad_key)) == b"\x01\x00garbage"
+    assert bytes(store.db.corrupt.get(bad_key)) == b"\x01\x00garbage"
 
 
 def test_keys_never_land_behind_the_cursor(open_store, clock):
@@ -231,7 +231,7 @@ def test_tombstones_do_not_slow_an_empty_claim(open_store):
     assert skipped_by(lambda: store.claim_due(1000 + n + 5, 1000, BIG)) < 10
 
     def from_the_start():  # what a scan that ignored the cursor would pay
-        it = store._timer.iter()
+        it = store.db.timer.iter()
         it.seek_to_first()
         del it
 
@@ -245,7 +245,7 @@ def test_tombstones_do_not_slow_an_empty_claim(open_store):
 
 def _skipped_from_the_start(store) -> int:
     before = store.tickers().get("rocksdb.number.iter.skip", 0)
-    it = store._timer.iter()
+    it = store.db.timer.iter()
     it.seek_to_first()
     del it
     return store.tickers().get("rocksdb.number.iter.skip", 0) - before

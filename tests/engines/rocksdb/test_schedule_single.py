@@ -1,4 +1,4 @@
-"""The single-send path of the ``vlog`` layout (``layout.schedule_one_vlog``) writes exactly
+"""The single-send path of the ``vlog`` layout (``Writer.send_one``, rocksdb/transaction.py) writes exactly
 what the batch path writes for the same send: every column family and every value segment,
 byte for byte, after a mix of sends it takes and sends it leaves to the batch path."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from rocksdict import Options, Rdict
 
 from rocks_timer import BrokerConfig
 from rocks_timer.timer.rocksdb import RocksTimerStore
-from rocks_timer.timer.rocksdb import layout
+from rocks_timer.timer.rocksdb.transaction import Writer
 from tests.support.rocks_support import T0, rec
 
 CONFIG = BrokerConfig(vlog_segment_bytes=64 << 10, rocksdb_layout="vlog")
@@ -58,7 +58,7 @@ def test_the_single_send_path_writes_what_the_batch_path_writes(tmp_path, monkey
     records = sends(5)
     with RocksTimerStore.open(tmp_path / "single", CONFIG) as store:
         taken = 0
-        original = layout.schedule_one_vlog
+        original = Writer.send_one
 
         def counting(*args):
             nonlocal taken
@@ -66,13 +66,13 @@ def test_the_single_send_path_writes_what_the_batch_path_writes(tmp_path, monkey
             taken += done
             return done
 
-        monkeypatch.setattr(layout, "schedule_one_vlog", counting)
+        monkeypatch.setattr(Writer, "send_one", counting)
         for record in records:
             store.schedule([record], T0)
         monkeypatch.undo()
         single_pending = store.stats().pending
     with RocksTimerStore.open(tmp_path / "batch", CONFIG) as store:
-        monkeypatch.setattr(layout, "schedule_one_vlog", lambda *args: False)
+        monkeypatch.setattr(Writer, "send_one", lambda *args: False)
         for record in records:
             store.schedule([record], T0)
         monkeypatch.undo()

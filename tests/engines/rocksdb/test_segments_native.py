@@ -1,4 +1,4 @@
-"""The native value-segment parser gives exactly what its Python reference gives (DESIGN §1:
+"""The native value-segment parser gives exactly what its Python reference gives (ARCHITECTURE §1:
 every C hot path beside its Python reference, checked byte for byte)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb import layout as layout_mod
-from rocks_timer.timer.rocksdb import segments as S
+from rocks_timer.timer.rocksdb import transaction
+from rocks_timer.timer.rocksdb.vlog import segments as S
 
 native = pytest.importorskip("rocks_timer._native.codec")
 
@@ -87,7 +87,7 @@ def test_native_drop_pointers_matches_the_reference(values, start):
     """The liveness deltas of pointers leaving the index: same counts, same dict, same order."""
     ours = {seg: list(pair) for seg, pair in start.items()}
     theirs = {seg: list(pair) for seg, pair in start.items()}
-    assert native.drop_pointers(ours, values) == layout_mod.drop_pointers_py(theirs, values)
+    assert native.drop_pointers(ours, values) == transaction.drop_pointers_py(theirs, values)
     assert ours == theirs and list(ours) == list(theirs)
 
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 from rocks_timer import BrokerConfig
 from rocks_timer.timer.rocksdb import RocksTimerStore
-from rocks_timer.timer.rocksdb.segments import SegmentFile
-from rocks_timer.timer.rocksdb.syncer import BackgroundSync
+from rocks_timer.timer.rocksdb.vlog.segments import SegmentFile
+from rocks_timer.timer.rocksdb.vlog import syncer as syncer_module
+from rocks_timer.timer.rocksdb.vlog.syncer import BackgroundSync
 from tests.support.rocks_support import T0, rec
 
 
@@ -93,12 +94,17 @@ def test_a_store_sync_covers_what_maintain_handed_to_the_thread(tmp_path, monkey
         store.schedule([rec(i, T0 + 10_000 + i, body=os.urandom(600)) for i in range(200)], T0)
         dirty = set(store.vlog.dirty)
         assert dirty
-        hold = threading.Lock()
-        hold.acquire()  # the thread cannot start its batch until released
-        store._syncer._running = hold
+        gate = threading.Event()
+        real_sync = syncer_module.sync_segments
+
+        def held(segs):  # the thread cannot finish its batch until released
+            gate.wait(5)
+            real_sync(segs)
+
+        monkeypatch.setattr(syncer_module, "sync_segments", held)
         store.maintain(T0 + 5_000)
         assert not store.vlog.dirty  # handed to the thread, which is held back
-        releaser = threading.Timer(0.3, hold.release)
+        releaser = threading.Timer(0.3, gate.set)
         releaser.start()
         store.sync()  # returns only once those segments are on disk
         assert dirty <= set(synced)

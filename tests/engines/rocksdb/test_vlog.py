@@ -1,4 +1,4 @@
-"""The ``vlog`` layout of the RocksDB engine (DESIGN §6b): value segments, liveness, release,
+"""The ``vlog`` layout of the RocksDB engine (ARCHITECTURE §8): value segments, liveness, release,
 one-shot relocation, and containment of damaged segment bytes. Real RocksDB, real files."""
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from rocks_timer import BrokerConfig
 from rocks_timer.errors import CorruptRecordError
 from rocks_timer.timer.rocksdb import RocksTimerStore
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb import segments as S
-from rocks_timer.timer.rocksdb.liveness import DAY_MS, LONG, delay_class
+from rocks_timer.timer.rocksdb.vlog import segments as S
+from rocks_timer.timer.rocksdb.vlog.liveness import DAY_MS, LONG, delay_class
 from tests.support.rocks_support import BIG, T0, msg, rec  # noqa: F401
 
 SMALL_SEGMENTS = BrokerConfig(vlog_segment_bytes=64 << 10, rocksdb_layout="vlog",
@@ -62,7 +62,7 @@ def test_a_new_store_is_vlog_and_an_inline_store_stays_inline(tmp_path):
 def test_large_bodies_go_to_segments_small_ones_stay_in_the_index(path):
     with open_vlog(path) as store:
         store.schedule([rec(1, T0 + 5, body=b"tiny"), rec(2, T0 + 5, body=body(2))], T0)
-        values = [bytes(v) for v in store._timer.values()]
+        values = [bytes(v) for v in store.db.timer.values()]
         assert sorted(I.is_pointer(v) for v in values) == [False, True]
         [entry] = [e for e in store.scan() if e.msg_id == f"{2:032X}"]
         assert (entry.size, entry.queue_id, entry.tags) == (1000, 2, "T2")  # from the pointer
@@ -150,7 +150,7 @@ def test_a_retry_of_a_message_being_delivered_keeps_the_counts_exact(path):
         store.schedule([rec(1, T0 + 50, body=body(1))], T0)
         [claimed] = store.claim_due(T0 + 50, 10, BIG)
         # the producer's retry lands behind the cursor: its key is clamped to a new due time
-        # (DESIGN §6), so it is a new pending copy, counted once
+        # (ARCHITECTURE §4), so it is a new pending copy, counted once
         store.schedule([rec(1, T0 + 50, body=body(1))], T0)
         store.complete([claimed], None)
         assert store.pending_count() == 1
@@ -188,8 +188,8 @@ def test_an_unindexed_tail_is_kept_on_open(path):
 def test_a_flipped_byte_sets_that_record_aside_and_delivers_the_rest(path):
     with open_vlog(path) as store:
         store.schedule([rec(i, T0 + 10 + i, body=body(i)) for i in range(10)], T0)
-        pointer = I.pointer_or_none(bytes(store._timer.get(
-            next(k for k in store._timer.keys() if k.endswith(bytes.fromhex(f"{4:032X}"))))))
+        pointer = I.pointer_or_none(bytes(store.db.timer.get(
+            next(k for k in store.db.timer.keys() if k.endswith(bytes.fromhex(f"{4:032X}"))))))
     [seg] = segment_files(path)
     with open(seg, "r+b") as fh:
         fh.seek(pointer.offset + pointer.length - 7)
@@ -203,7 +203,7 @@ def test_a_flipped_byte_sets_that_record_aside_and_delivers_the_rest(path):
         assert sorted(int(r.message.body[:8]) for r in got) == [0, 1, 2, 3, 5, 6, 7, 8, 9]
         extra = store.stats().extra
         assert extra["corrupt"] == 1 and extra["vlog_lost"] == 1
-        assert len(list(store._corrupt.keys())) == 1  # kept, with its pointer, for inspection
+        assert len(list(store.db.corrupt.keys())) == 1  # kept, with its pointer, for inspection
         assert store.check()["problems"] == []
 
 
@@ -301,9 +301,8 @@ def test_a_release_cut_between_the_unlink_and_the_row_is_finished_on_the_next_op
         store.vlog.seal(T0 + 2000)
         empty = store.vlog.releasable()
         assert len(empty) >= 2
-        store._db.flush_wal(True)
-        with store._lock:
-            gone = store.vlog.detach(empty, {})
+        store.db.flush_wal()
+        gone = store.vlog.detach(empty, {})  # nothing else runs: no maintain was called
         store.vlog.unlink(gone)  # ... and the process dies before the rows are deleted
         ids = sorted(seg.id for seg in gone)
     assert segment_files(path) == []

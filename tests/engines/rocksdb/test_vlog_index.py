@@ -131,6 +131,6 @@ def test_a_meta_row_that_disagrees_with_the_open_is_refused(tmp_path):
     path = tmp_path / "timer"
     fill_and_drain(path, BrokerConfig())
     with RocksTimerStore.open(path, BrokerConfig()) as store:
-        db = store._db
+        db = store.db
         with pytest.raises(ConfigError, match="format.meta_compaction is 'universal' on disk"):
             rocks_meta.load(db, "meta", "level", str(path), "vlog", "universal", "level")

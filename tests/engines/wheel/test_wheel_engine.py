@@ -1,4 +1,4 @@
-"""The file wheel engine against a real MessageStore under a manual clock (RocketMQ §2.6-2.11)."""
+"""The file wheel engine against a real MessageStore under a manual clock (ARCHITECTURE §8)."""
 from __future__ import annotations
 
 import pytest

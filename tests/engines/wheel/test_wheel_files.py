@@ -1,4 +1,4 @@
-"""The file wheel's on-disk pieces: layouts, TimerWheel, TimerLog, checkpoint (RocketMQ §2.3-2.5)."""
+"""The file wheel's on-disk pieces: layouts, TimerWheel, TimerLog, checkpoint (ARCHITECTURE §8)."""
 from __future__ import annotations
 
 import os

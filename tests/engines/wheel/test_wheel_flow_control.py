@@ -1,4 +1,4 @@
-"""The wheel's flow control (RocketMQ §2.9 isReject, timerCongestNumEachSlot)."""
+"""The wheel's flow control (RocketMQ's isReject, timerCongestNumEachSlot)."""
 from __future__ import annotations
 
 import random

@@ -1,4 +1,4 @@
-"""The file wheel across restarts: recovery, torn tails, downtime (RocketMQ §2.11)."""
+"""The file wheel across restarts: recovery, torn tails, downtime (ARCHITECTURE §8, §9)."""
 from __future__ import annotations
 
 import os

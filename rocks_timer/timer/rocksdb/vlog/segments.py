@@ -1,4 +1,4 @@
-"""Value segments of the ``vlog`` layout: append-only files of framed records (DESIGN §6b).
+"""Value segments of the ``vlog`` layout: append-only files of framed records (ARCHITECTURE §8).
 
 A segment is ``timer-rocksdb/vlog/<id as 10 digits>.vlog``; its id, kind and counters live in
 ``meta`` (:mod:`rocks_timer.timer.rocksdb.vlog`). One record per stored message::

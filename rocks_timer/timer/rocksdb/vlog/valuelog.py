@@ -1,5 +1,5 @@
 """The value log of the ``vlog`` layout: segment files, their liveness table, appends, reads,
-prefetch hints and release (DESIGN §6b).
+prefetch hints and release (ARCHITECTURE §8).
 
 Liveness lives in ``meta`` under ``vlog.seg.<id>`` (``liveness.SEGMENT``) and changes only inside
 the WriteBatch of the schedule, cancel, delivery, reconcile or relocation that changes it: the
@@ -10,7 +10,7 @@ and ``commit`` applies them in memory once the write succeeded. So the table is 
 Segment kinds: *arrival* segments take new bodies in arrival order, one open segment per
 **delay class** (the delay at send, in classes a factor of 1.5 wide: 1-1.5 s, 1.5-2.25 s, ...,
 20-30 days, ...); *long* segments take bodies relocated by
-:mod:`rocks_timer.timer.rocksdb.reclaim`, one open per due day. Because the bodies of one
+:mod:`rocks_timer.timer.rocksdb.vlog.gc`, one open per due day. Because the bodies of one
 arrival segment fall due within a factor of 1.5 of each other, a segment empties soon after its
 oldest body would have: space stays near the live payload without rewriting anything. An
 arrival segment is sealed when it is full, or once it has been open for a quarter of its
@@ -39,11 +39,11 @@ from rocks_timer.errors import CorruptRecordError
 from rocks_timer.fileio import fsync_dir, mkdir_durably, replace_durably
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb.liveness import (ARRIVAL, LONG, SEGMENT, Changes, Segment,
+from rocks_timer.timer.rocksdb.vlog.liveness import (ARRIVAL, LONG, SEGMENT, Changes, Segment,
                                                  day_of, delay_class, seal_age_ms)
 from rocks_timer.timer.rocksdb.scan import check_iterator
-from rocks_timer.timer.rocksdb import segments as S
-from rocks_timer.timer.rocksdb.syncer import sync_segments
+from rocks_timer.timer.rocksdb.vlog import segments as S
+from rocks_timer.timer.rocksdb.vlog.syncer import sync_segments
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +200,16 @@ class ValueLog:
             changes.add(seg.id, len(members) if live else 0, size if live else 0)
         return out
 
+    def append_one(self, raw: bytes, value: bytes, due_ms: int, now_ms: int,
+                   fields: tuple[int | None, int, str | None]) -> tuple[int, int, bytes]:
+        """A single send's record into the open segment of its delay class; returns (record
+        length, segment id, the pointer the index keeps). The caller stages the liveness."""
+        blob = S.frame_many([raw], [value])[0]
+        seg, pos = self.append_arrival(delay_class(due_ms - now_ms), blob, now_ms)
+        if due_ms > seg.max_due_ms:
+            seg.max_due_ms = due_ms
+        return len(blob), seg.id, I.encode_pointer(seg.id, pos, len(blob), *fields)
+
     def append_arrival(self, cls: int, blob: bytes, now_ms: int) -> tuple[Segment, int]:
         """Append framed records to the open arrival segment of delay class ``cls`` (a new one
         when there is none or it is full); returns the segment and where ``blob`` starts."""
@@ -264,16 +274,6 @@ class ValueLog:
                 self.dirty.add(seg_id)
             self.counters[COUNTERS[0]] += len(blob)
 
-    def dead_of(self, index_values: Iterable[bytes | None]) -> dict[int, list[int]]:
-        """Segment id -> offsets of the records the pointers among ``index_values`` name."""
-        dead: dict[int, list[int]] = {}
-        unpack, size, version = I.POINTER.unpack_from, I.SIZE, I.POINTER_VERSION
-        for value in index_values:
-            if value is not None and len(value) >= size and value[0] == version:
-                _, seg, offset = unpack(value)[:3]
-                dead.setdefault(seg, []).append(offset)
-        return dead
-
     def stage(self, changes: Changes, batch: Any) -> dict[int, tuple[int, int, int]]:
         """Put the changed liveness rows (and counters) into ``batch``; returns the new values
         for ``commit``. Live counts never go below zero (a bug, not a state): it raises. The
@@ -331,6 +331,11 @@ class ValueLog:
             raise CorruptRecordError(f"{where}: record holds key {stored_key.hex()}, the index "
                                      f"expected {bytes(key).hex()}", where=where, raw=data)
         return value
+
+    def descriptors(self) -> dict[int, int]:
+        """Segment id -> the open file descriptor of each segment with a file (the native
+        claim reads bodies through them)."""
+        return {sid: seg.file.fd for sid, seg in self.segments.items() if seg.file is not None}
 
     def will_need(self, pointers: Iterable[I.Pointer]) -> int:
         """Prefetch hints for records due soon; returns how many ranges were hinted."""
@@ -412,7 +417,7 @@ class ValueLog:
     def unlink(self, segs: list[Segment]) -> None:
         """Close and delete the files of detached segments; the directory is fsynced after, so
         an unlink a power cut would undo never outlives the row forgotten next (a file back
-        without its row would hold records no index knows, DESIGN §6c)."""
+        without its row would hold records no index knows, ARCHITECTURE §9)."""
         for seg in segs:
             if seg.file is not None:
                 seg.file.close()

@@ -1,4 +1,4 @@
-"""Sends retried with the same message id are stored once.
+"""Sends retried with the same message id are stored once (both fronts: gRPC and remoting).
 
 The official clients retry a failed or timed-out send at once with the same message id (three
 attempts by default). The front remembers the last ``capacity`` sends by (topic, message id):

@@ -1,4 +1,4 @@
-"""The liveness table of the ``vlog`` layout's value segments (DESIGN §6b): a segment's row
+"""The liveness table of the ``vlog`` layout's value segments (ARCHITECTURE §8): a segment's row
 (``Segment``, stored as ``SEGMENT`` in ``meta`` under ``vlog.seg.<id>``), the changes a
 WriteBatch makes to the rows (``Changes``), and the delay classes that decide which arrival
 segment a body goes to (:mod:`rocks_timer.timer.rocksdb.vlog` owns the files and the table).
@@ -12,7 +12,7 @@ from typing import Any
 
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
-from rocks_timer.timer.rocksdb import segments as S
+from rocks_timer.timer.rocksdb.vlog import segments as S
 
 # kind, due day, created ms, live count, live bytes, end, latest due ms of any record written
 SEGMENT = struct.Struct(">BqqQQQQ")
@@ -86,6 +86,17 @@ class Changes(dict):
         self.add(seg, -1, -length)
         dead = self.__dict__.setdefault("dead", {})
         dead.setdefault(seg, []).append(offset)
+
+
+    def removed(self, index_values) -> None:
+        """Give the records the pointers among ``index_values`` name removal records (their
+        counts were taken out already, by ``drop_pointers``)."""
+        dead = self.__dict__.setdefault("dead", {})
+        unpack, size, version = I.POINTER.unpack_from, I.SIZE, I.POINTER_VERSION
+        for value in index_values:
+            if value is not None and len(value) >= size and value[0] == version:
+                _, seg, offset = unpack(value)[:3]
+                dead.setdefault(seg, []).append(offset)
 
 
 def durable_rows(meta: Any, segs: list[Segment]) -> dict[int, bytes | None]:

@@ -3,7 +3,7 @@
 The store's ``maintain`` runs on the broker's timer loop, the thread that claims and completes
 deliveries. Syncing there made every delivery wait for the disk to take the bodies of every
 send since the last sync: a burst sent just before it fell due stalled its first claim for the
-whole write-back (60 ms for 100,000 messages, docs/BENCHMARKS.md). ``maintain`` now hands the
+whole write-back (docs/BENCHMARKS.md has the figure). ``maintain`` now hands the
 segments to this thread and goes on; ``RocksTimerStore.sync`` (the broker's flush, whose return
 promises durability) takes over what the thread has not started and waits for what it is
 syncing, so nothing acknowledged before a flush is left out of it.

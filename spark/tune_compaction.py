@@ -1,7 +1,7 @@
 """Compaction tuning: every RocksDB profile (and the ``vlog`` layout) x workload as one Spark
 task, ranked.
 
-    python -m bench.tune_compaction --messages 20000 --out bench/results/tune
+    python -m spark.tune_compaction --messages 20000 --out bench/results/tune
     rtimer bench tune --messages 20000 --out DIR
 
 Each cell runs ``bench.harness.run_cell`` (engine ``rocksdb``) in a Spark worker and adds:
@@ -19,7 +19,7 @@ Ranking (``ranking.csv``, best first): per workload, each metric is divided by t
 of that workload (lower is better; rates inverted) and the score is the weighted mean with
 weights wa_timer 2, space_amp 1, send_per_s 1, deliver_per_s 1, first_us_unsettled 0.5 (1.0 =
 best at everything). The recommended profile has the lowest mean score over the workloads.
-This module imports pyspark only inside ``main``/``run`` (bench/ stays importable without it).
+This module imports pyspark only inside ``main``/``run`` (importable without it).
 """
 from __future__ import annotations
 
@@ -58,9 +58,7 @@ def _scan_latency(broker, row: dict[str, Any], suffix: str) -> None:
 
 def compaction_cpu(broker) -> tuple[float, int]:
     """(seconds, compactions) from the store's statistics histogram, or (-1, -1)."""
-    options = getattr(broker.timer, "_db_options", None)
-    text = options.get_statistics() if options is not None else None
-    match = _CPU.search(text or "")
+    match = _CPU.search(broker.timer.statistics() or "")
     if not match:
         return -1.0, -1
     return int(match.group(2)) / 1e6, int(match.group(1))
@@ -104,7 +102,7 @@ def rank(frame):
 def build_parser() -> argparse.ArgumentParser:
     from spark.wa_compare import add_common_arguments
     from rocks_timer.timer.rocksdb.profiles import PROFILES
-    parser = argparse.ArgumentParser(prog="python -m bench.tune_compaction", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m spark.tune_compaction", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(parser, workloads="short,day,burst,cancel", messages=20_000,
                          profiles=",".join([*PROFILES, "vlog"]))

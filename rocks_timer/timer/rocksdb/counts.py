@@ -1,0 +1,59 @@
+"""``Counts``: the exact counters of the RocksDB timer store.
+
+Durable ones (pending keys, set-aside messages, the reconciled CommitLog offset) live in
+``meta`` and change only in the WriteBatch of the change they count: the one writer is the
+transaction (:mod:`rocks_timer.timer.rocksdb.transaction`), which stages the new rows before
+its write and applies them here after it. The in-memory ones (deletes since the last tombstone
+reclaim, corrupt values skipped by scans) are figures for maintenance and ``stats``.
+"""
+from __future__ import annotations
+
+from rocksdict import WriteBatch
+
+from rocks_timer.timer import keys as K
+from rocks_timer.timer.rocksdb.meta import StoredState, pack_u64
+
+
+class Counts:
+    """Owns the pending count, the set-aside count, the reconcile offset and the delete and
+    scan-skip figures of one store. Read under the store's lock; changed only through
+    :meth:`stage` / :meth:`apply` (the transaction) and the two figure methods."""
+
+    __slots__ = ("pending", "corrupt", "reconcile_offset", "deletes", "scan_skipped")
+
+    def __init__(self, state: StoredState) -> None:
+        self.pending = state.pending
+        self.corrupt = state.corrupt
+        self.reconcile_offset = state.reconcile_offset
+        self.deletes = 0  # keys removed since the last tombstone reclaim
+        self.scan_skipped = 0  # corrupt values a scan stepped over
+
+    def stage(self, batch: WriteBatch, meta_h: object, pending_delta: int,
+              corrupt_to: int | None, reconcile: int | None) -> tuple[int, int]:
+        """Put the rows that change into ``batch``; returns (pending, corrupt) for
+        :meth:`apply`. ``corrupt_to``: the new set-aside count (None: unchanged)."""
+        pending = self.pending + pending_delta
+        if pending_delta:
+            batch.put(K.META_PENDING, pack_u64(pending), meta_h)
+        corrupt = self.corrupt
+        if corrupt_to is not None:
+            corrupt = corrupt_to
+            batch.put(K.META_CORRUPT, pack_u64(corrupt), meta_h)
+        if reconcile is not None:
+            batch.put(K.META_RECONCILE_OFFSET, pack_u64(reconcile), meta_h)
+        return pending, corrupt
+
+    def apply(self, staged: tuple[int, int], removed: int, reconcile: int | None) -> None:
+        """After the batch :meth:`stage` filled is written."""
+        self.pending, self.corrupt = staged
+        self.deletes += removed
+        if reconcile is not None:
+            self.reconcile_offset = reconcile
+
+    def take_deletes(self) -> int:
+        """The deletes since the last reclaim, and start counting again (the reclaim)."""
+        deletes, self.deletes = self.deletes, 0
+        return deletes
+
+    def note_scan_skipped(self, n: int) -> None:
+        self.scan_skipped += n
