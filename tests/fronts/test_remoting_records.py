@@ -171,3 +171,16 @@ def test_the_fields_a_client_reads_differently():
         assert out[36:40] == bytes(4) and out[76:84] == bytes(8)
         assert out[48:56] == HOST + bytes(4) and out[64:72] == HOST + PORT.to_bytes(4, "big")
         assert out[:8] == record[:8] and out[12:36] == record[12:36] and out[84:] == record[84:]
+
+
+def test_a_page_past_a_mebibyte_matches_too(broker):
+    """A page large enough that the native copy runs with the GIL released."""
+    rng = random.Random(5)
+    broker.send_batch([Message(topic="L", body=rng.randbytes(40_000), queue_id=0, keys=[f"l{i}"])
+                       for i in range(40)])
+    batch = broker.pull_batch("L", 0, 0, 100)
+    assert len(batch) == 40
+    blob, index = batch.records()
+    assert len(blob) > 1 << 20
+    assert R.client_records(blob, index, HOST, PORT) == per_message(batch)
+    assert R.client_records_py(blob, index, HOST, PORT) == per_message(batch)
