@@ -17,6 +17,7 @@ Pure Python: no pyspark import (the Spark jobs call ``run_cell`` in their worker
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 import resource
 import shutil
@@ -31,8 +32,8 @@ from bench.workloads import SPECS, Workload
 from rocks_timer.broker import Broker
 from rocks_timer.clock import ManualClock
 from rocks_timer.config import BrokerConfig
-from rocks_timer.message import (DELAY, SCHEDULE_TOPIC, TIMER_DELIVER_MS, UNIQ_KEY,
-                                 WHEEL_TIMER_TOPIC, Message, encode_properties)
+from rocks_timer.message import (DELAY, SCHEDULE_TOPIC, TIMER_DELAY_MS, TIMER_DELIVER_MS,
+                                 UNIQ_KEY, WHEEL_TIMER_TOPIC, Message, encode_properties)
 
 T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 ENGINES = ("rocksdb", "wheel", "levels", "memory")
@@ -245,6 +246,11 @@ class _Cell:
         body = self.wl.body(op)
         if self.engine == "levels":
             props = {DELAY: str(op.level)}
+        elif self.wl.delay_divisor > 1:
+            # a scaled cell replays the real broker's plan, whose delays are relative to the
+            # send (TIMER_DELAY_MS): a delay shorter than the clock's step still goes through
+            # the timer, as it does on the real broker
+            props = {TIMER_DELAY_MS: str(op.delay_ms)}
         else:
             props = {TIMER_DELIVER_MS: str(T0_MS + op.due_ms)}
         keys = (f"order-{op.msg_id[:12]}",) if self.keys else ()
@@ -340,21 +346,29 @@ def _components(stats: dict[str, Any]) -> dict[str, int]:
 def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
              profile: str = "default", shard: int = 0, shards: int = 1, seed: int = 7,
              workdir: str | Path | None = None, *, keep: bool = False,
-             after: Any = None, on_delivered: Any = None, keys: bool = False) -> dict[str, Any]:
+             after: Any = None, on_delivered: Any = None, keys: bool = False,
+             config_changes: dict[str, Any] | None = None, delay_divisor: int = 1,
+             rate_per_s: int | None = None) -> dict[str, Any]:
     """Run one cell and return its row (see ``COLUMNS``). ``on_delivered(broker, row)`` runs
     once everything is delivered, before the final flush and compaction; ``after(broker, row)``
     after them, while the broker is still open (the tuning script times empty scans there).
     ``keys``: every message carries a unique business key (KEYS), so the row shows what the
-    key index costs (payload includes the KEYS property)."""
+    key index costs (payload includes the KEYS property).
+    ``config_changes`` override the cell's BrokerConfig; ``delay_divisor`` k divides every delay
+    (and the simulated steps follow the short workloads') and ``rate_per_s`` sets the send
+    pacing: together they run the scaled cell the real broker ran (bench/rocketmq/compare.py)."""
     profile = profile if engine == "rocksdb" else "-"
     config = cell_config(engine, workload, profile if engine == "rocksdb" else "default")
+    if config_changes:
+        config = dataclasses.replace(config, **config_changes).validate()
     base = Path(workdir) if workdir else DEFAULT_WORKDIR
     base.mkdir(parents=True, exist_ok=True)
     fstype = filesystem_type(base)
     if fstype in MEMORY_FS:
         raise ValueError(f"{base} is on {fstype}; write amplification needs a real disk")
     root = base / f"{engine}-{workload}-{profile}-s{shard}of{shards}-{uuid.uuid4().hex[:8]}"
-    wl = Workload(workload, messages, body_size, seed).shard(shard, shards)
+    wl = Workload(workload, messages, body_size, seed, delay_divisor=delay_divisor,
+                  **({"rate_per_s": rate_per_s} if rate_per_s else {})).shard(shard, shards)
     clock = ManualClock(T0_MS)
     io_before = read_proc_io()
     started = time.perf_counter()
@@ -363,7 +377,8 @@ def run_cell(engine: str, workload: str, messages: int, body_size: int = 1024,
     try:
         cell = _Cell(engine, wl, broker, clock, keys)
         row["rss_before_open_bytes"] = peak_rss_bytes()  # the workload's own lists included
-        complete = _drive(cell, workload, config.timer_precision_ms)
+        complete = _drive(cell, "short" if delay_divisor > 1 else workload,
+                          config.timer_precision_ms)
         cell.sample_disk()
         if on_delivered is not None:
             on_delivered(broker, row)

@@ -130,7 +130,7 @@ class Workload:
 
     def __init__(self, name: str, messages: int, body_size: int = DEFAULT_BODY_SIZE,
                  seed: int = 7, shard_index: int = 0, shards: int = 1,
-                 rate_per_s: int = DEFAULT_RATE_PER_S):
+                 rate_per_s: int = DEFAULT_RATE_PER_S, delay_divisor: int = 1):
         if name not in SPECS:
             raise ValueError(f"workload {name!r} is unknown; valid: {', '.join(WORKLOAD_NAMES)}")
         if messages < 0:
@@ -141,7 +141,12 @@ class Workload:
             raise ValueError(f"shard {shard_index} of {shards} is invalid")
         if rate_per_s < 1:
             raise ValueError(f"rate_per_s={rate_per_s} must be >= 1")
+        if delay_divisor < 1:
+            raise ValueError(f"delay_divisor={delay_divisor} must be >= 1")
         self.rate_per_s = rate_per_s
+        # the real broker's scaled cells (bench/rocketmq/compare.py) divide every delay by k;
+        # the same draws divided the same way let a model run the very cell the broker ran
+        self.delay_divisor = delay_divisor
         self.spec = SPECS[name]
         self.name, self.messages, self.body_size, self.seed = name, messages, body_size, seed
         self.shard_index, self.shards = shard_index, shards
@@ -151,7 +156,7 @@ class Workload:
         if self.shards != 1:
             raise ValueError("shard() splits a whole workload, not a shard")
         return Workload(self.name, self.messages, self.body_size, self.seed, index, count,
-                        self.rate_per_s)
+                        self.rate_per_s, self.delay_divisor)
 
     def send_ms(self, index: int) -> int:
         """When operation ``index`` is sent, in ms after the start."""
@@ -184,6 +189,8 @@ class Workload:
         burst_at_ms = self.send_window_ms + MINUTE_MS
         for index in range(self.messages):
             delay_ms, cancel, level = draw(rng)
+            if self.delay_divisor > 1:
+                delay_ms = max(1, delay_ms // self.delay_divisor)
             topic = TOPICS[rng.randrange(len(TOPICS))]
             msg_id = f"{rng.getrandbits(128):032X}"
             if index % self.shards == self.shard_index:

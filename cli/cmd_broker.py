@@ -244,7 +244,28 @@ def _forward(module_name: str, argv: tuple[str, ...]) -> None:
     entry: Any = getattr(module, "main", None)
     if entry is None:
         raise click.ClickException(f"{module_name} has no main(argv)")
+    # the Spark jobs import pyspark and the dataframe stack only when they run: say which extra
+    # is missing before they start rather than fail inside a job (--help needs none of it)
+    missing = [] if {"-h", "--help"} & set(argv) else _missing(SPARK_EXTRA)
+    if missing:
+        raise click.ClickException(
+            f"{module_name} needs the `spark` extra, which this install lacks "
+            f"({', '.join(missing)} not importable): in the rocks-timer checkout run `make venv`, "
+            "or `pip install -e '.[spark]'`")
     raise SystemExit(entry(list(argv)) or 0)
+
+
+SPARK_EXTRA = ("pyspark", "pandas", "pyarrow", "matplotlib")  # pyproject.toml's `spark` extra
+
+
+def _missing(modules: tuple[str, ...]) -> list[str]:
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
 
 
 _FORWARD = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}

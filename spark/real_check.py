@@ -11,6 +11,10 @@ comparable), its logical bytes per message (CommitLog records + ConsumeQueue + T
 pages) against the real store's CommitLog + ConsumeQueue + TimerLog growth, and its physical
 bytes (logical x the fitted physical/logical ratio) against the JVM's ``write_bytes``. Writes
 ``model-check.md`` and ``model-check.json`` next to the rows.
+
+With ``--spark-summary DIR/summary.csv`` (a ``spark.wa_compare`` run with the engines
+``rocketmq-wheel`` / ``rocketmq-rocksdb``) it also writes ``spark-agreement.md``: each real cell
+the Spark job measured beside the latest ``bench.rocketmq.compare`` row of the same cell.
 """
 from __future__ import annotations
 
@@ -55,6 +59,31 @@ def check(coef: dict[str, Any], overhead: float, rows: list[dict]) -> list[dict[
     return out
 
 
+def agreement(summary: list[dict[str, str]], rows: list[dict]) -> list[dict[str, Any]]:
+    """The Spark job's real-engine rows (``spark.wa_compare``'s summary.csv) beside the latest
+    ``bench.rocketmq.compare`` row of the same engine, workload and message count: two runs of
+    the same cell, so they differ by the run-to-run noise of a real broker."""
+    latest: dict[tuple, dict] = {}
+    for row in rows:
+        if row.get("kind") == "wa" and row.get("engine", "").startswith("rocketmq-"):
+            latest[(row["engine"], row["workload"], int(row["messages"]))] = row
+    out = []
+    for s in summary:
+        if not s["engine"].startswith("rocketmq-"):
+            continue
+        key = (s["engine"], s["workload"], int(float(s["messages"])))
+        ref = latest.get(key)
+        if ref is None:
+            continue
+        spark_wa = float(s["wa_physical"])
+        out.append({"engine": key[0], "workload": key[1], "messages": key[2],
+                    "wa_spark": round(spark_wa, 2), "wa_compare": round(ref["wa_physical"], 2),
+                    "difference": round((spark_wa - ref["wa_physical"]) / ref["wa_physical"], 3),
+                    "rolls_spark": int(float(s["rolls"])), "rolls_compare": int(ref["rolls"]),
+                    "compare_run": ref.get("run_started", "")})
+    return out
+
+
 def markdown(checks: list[dict[str, Any]]) -> str:
     if not checks:
         return "No rocketmq-wheel WA rows.\n"
@@ -69,9 +98,21 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, default=Path("bench/results/wa/model.json"))
     parser.add_argument("--rows", type=Path, default=Path("bench/results/rocketmq/rows.jsonl"))
+    parser.add_argument("--spark-summary", type=Path, default=None,
+                        help="a spark.wa_compare summary.csv with rocketmq-* rows: also write "
+                             "spark-agreement.md, those rows beside bench.rocketmq.compare's")
     args = parser.parse_args(argv)
     model = json.loads(args.model.read_text())
     rows = [json.loads(line) for line in args.rows.read_text().splitlines() if line.strip()]
+    if args.spark_summary is not None:
+        import csv
+        with args.spark_summary.open(newline="") as f:
+            agree = agreement(list(csv.DictReader(f)), rows)
+        text = (f"# The Spark WA job's real-engine cells beside bench.rocketmq.compare's\n\n"
+                f"Spark: `{args.spark_summary}`; compare: `{args.rows}`.\n\n"
+                + (markdown(agree) if agree else "No matching rows.\n"))
+        (args.rows.parent / "spark-agreement.md").write_text(text)
+        print(text)
     checks = check(model["coefficients"], float(model["overhead_bytes"]), rows)
     out = args.rows.parent
     (out / "model-check.json").write_text(json.dumps(checks, indent=2))

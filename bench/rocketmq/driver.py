@@ -123,11 +123,13 @@ class Sampler:
 @dataclass
 class RtimerProcess:
     """``rtimer run --grpc-listen 127.0.0.1:0`` on ``data_dir``, in a subprocess (its own
-    /proc/<pid>/io), stdout drained by a thread."""
+    /proc/<pid>/io), stdout drained by a thread. ``front="remoting"`` serves the RocketMQ 4.x
+    remoting front instead (``--remoting-listen``; its port is also the NameServer's)."""
 
     data_dir: Path
     home: Path
     config_lines: dict[str, object] = field(default_factory=dict)
+    front: str = "grpc"
     proc: subprocess.Popen | None = None
     port: int = 0
     output: list[str] = field(default_factory=list)
@@ -140,7 +142,9 @@ class RtimerProcess:
             conf.write_text("".join(f"{k} = {_toml(v)}\n" for k, v in self.config_lines.items()))
             args += ["--config", str(conf)]
         env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(self.home))
-        self.proc = subprocess.Popen(args + ["run", "--grpc-listen", "127.0.0.1:0"],
+        listen = (["--grpc-listen", "127.0.0.1:0"] if self.front == "grpc" else
+                  ["--grpc-listen", "off", "--remoting-listen", "127.0.0.1:0"])
+        self.proc = subprocess.Popen(args + ["run", *listen],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=env, cwd=ROOT)
         assert self.proc.stdout is not None

@@ -111,7 +111,7 @@ _COLUMN_KINDS: dict[type, bool] = {}
 
 def is_column_claim(records: Sequence[DueRecord]) -> bool:
     """``isinstance(records, ColumnClaim)``, remembered per type: a runtime protocol's check
-    looks up every member (10 us measured), and the deliverer asks once or twice per claimed
+    looks up every member (docs/BENCHMARKS.md), and the deliverer asks once or twice per claimed
     batch, a trickle of one-message batches included. A claim type sets its columns in
     ``__init__``, so the answer holds for every instance of the type."""
     kind = type(records)

@@ -189,3 +189,13 @@ def test_bench_ab_smoke(tmp_path, capsys):
     assert row["a"] == row["b"] == 300 and row["b_over_a"] == 1.0
     assert not row["lower_is_better"] and bench_ab.lower_is_better("burst.drain_s")
     assert "| figure | A (median) |" in capsys.readouterr().out
+
+
+def test_bench_engine_paths_smoke(tmp_path, capsys):
+    from bench import engine_paths
+    assert engine_paths.main(["--messages", "300", "--runs", "1",
+                              "--results-dir", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "engine_paths.json").read_text())
+    assert set(report["paths"]) == {"inline", "vlog"}
+    assert report["paths"]["vlog"]["single"]["send_msgs_per_cpu_s"] > 0
+    assert "| vlog | keyed_batch100 |" in capsys.readouterr().out

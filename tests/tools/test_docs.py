@@ -132,3 +132,18 @@ def test_every_file_a_document_or_comment_names_exists():
             if not (ROOT / name).exists():
                 missing.append(f"{path.relative_to(ROOT)}: {name}")
     assert not missing, "\n".join(missing)
+
+
+def test_the_readmes_first_python_example_runs_as_written(tmp_path, monkeypatch, capsys):
+    """README's first send and consume, run as written (real broker, real clock: it waits 2.5 s
+    for the message due in 2 s) in an empty directory."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## A first send and consume, in Python", 1)[1]
+    code = section.split("```python", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert out[2] == "True", out  # the cancel of the message due in 30 minutes
+    assert out[3].startswith("b'close order 42' ") and out[3].endswith(" ms late"), out
+    late_ms = int(out[3].split()[3])
+    assert late_ms >= 0, out  # never early

@@ -127,3 +127,28 @@ def test_rtimer_runs_from_a_non_editable_install(wheel, tmp_path):
     # the benchmark tools are not installed: the command says where they run instead
     bench = run(rtimer, "bench", "wa", "--help")
     assert bench.returncode == 1 and "make venv" in bench.stderr, bench.stderr
+
+
+@pytest.mark.parametrize("command,module", [("wa", "spark.wa_compare"),
+                                            ("tune", "spark.tune_compaction")])
+def test_a_command_that_needs_the_spark_extra_names_it_when_it_is_missing(monkeypatch, command,
+                                                                          module):
+    """Without pyspark (an install without the `spark` extra) `rtimer bench` stops before the
+    job starts and names the extra; `--help` still works."""
+    import types
+
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    ran = []
+    job = types.ModuleType(module)
+    job.main = lambda argv=None: ran.append(argv) or 0
+    monkeypatch.setitem(sys.modules, module, job)
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark now raises ImportError
+    result = CliRunner().invoke(cli, ["bench", command, "--messages", "10"])
+    assert result.exit_code == 1 and not ran, result.output
+    assert "`spark` extra" in result.output and "pyspark" in result.output, result.output
+    assert "make venv" in result.output
+    helped = CliRunner().invoke(cli, ["bench", command, "--help"])
+    assert helped.exit_code == 0 and ran == [["--help"]], helped.output

@@ -8,7 +8,8 @@
 // Plan format (big-endian): int topicCount, then per topic: short length + UTF-8 bytes;
 // int bodyCount, then per body: int length + bytes; long messageCount, then per message:
 // byte topicIndex, short bodyIndex, long delayMs (relative: the broker adds its own clock,
-// TIMER_DELAY_MS, so a broker on a sped-up clock gets the delay in its own time).
+// TIMER_DELAY_MS, so a broker on a sped-up clock gets the delay in its own time; a negative value
+// -n is delay level n instead).
 //
 // Usage: PlanSender <namesrvAddr> <planFile> [inFlight]. Prints "PROGRESS <acknowledged>" every 10,000 sends
 // and "SENT <count> <seconds> <busy answers retried>" at the end.
@@ -65,7 +66,11 @@ public class PlanSender {
             byte[] body = bodies[in.readShort()];
             long delayMs = in.readLong();
             Message msg = new Message(topic, body);
-            msg.setDelayTimeMs(delayMs);
+            if (delayMs < 0) {
+                msg.setDelayTimeLevel((int) -delayMs);  // the 18 delay levels (ScheduleMessageService)
+            } else {
+                msg.setDelayTimeMs(delayMs);
+            }
             window.acquire();
             if (i % 10_000 == 0) {
                 System.out.println("PROGRESS " + ok.get());

@@ -298,11 +298,11 @@ class RocksTimerStore(TimerStore, Compacting):
             self._counts.note_scan_skipped(corrupt)
         return ScanPage(entries, resume_handle(resume))
 
-    def count_by_topic(self, max_keys: int = 0, page: int = 2_000
+    def count_by_topic(self, max_entries: int = 0, page: int = 2_000
                        ) -> tuple[dict[str, int], bool]:
         """Pending keys per topic (in-flight ones included until completed), from the exact
-        per-topic counters the key index keeps: O(topics), always complete. ``max_keys`` and
-        ``page`` are kept for callers of the old walk and no longer bound anything."""
+        per-topic counters the key index keeps: O(topics), complete whatever ``max_entries``
+        (nothing is walked; ``page``, the walk's old step, is accepted and unused)."""
         with self._lock:
             self._check_open()
             return self.key_index.topic_counts(), True
