@@ -1,7 +1,7 @@
 """``bench.fronts`` does not rot: a tiny run of its rtimer side, both fronts (the official Python
 client over gRPC, the Java 4.9.8 client over remoting), writes every figure it prints, the CPU
 per message included. The RocketMQ side is left out here: its two JVMs and the mqadmin calls take
-far longer than a smoke test may (tests/test_real_rocketmq.py starts that harness)."""
+far longer than a smoke test may (tests/tools/test_real_rocketmq.py starts that harness)."""
 from __future__ import annotations
 
 import json
