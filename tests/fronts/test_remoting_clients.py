@@ -10,6 +10,7 @@ import subprocess
 import time
 import uuid
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
@@ -20,21 +21,55 @@ from tests.support.remoting_support import CLIENTS, PY4, ROOT, RtimerProcess, ne
 
 LEVELS_MS = DelayLevelTable.parse(DEFAULT_DELAY_LEVELS).delays_ms
 LATE_MS = 1_500   # TIMER_DELIVER_MS: delivered within this of its due time
+# Most of a scenario is waiting for real delays (levels of 1-10 s, timers of 3-6 s, a retry at
+# level 3), so the selected scenarios run on a pool, RUNS_AT_ONCE at a time, each with its own
+# rtimer and client processes; each test waits for its own run and raises what it raised.
+RUNS_AT_ONCE = 3
 
 
 @pytest.fixture(params=sorted(CLIENTS))
 def client(request):
-    """The client class of one kind (skipped, or failed under CI=true, when not installed)."""
-    need, kind = CLIENTS[request.param]
+    """The client kind (skipped, or failed under CI=true, when not installed)."""
+    need, _ = CLIENTS[request.param]
     need()
-    return kind
+    return request.param
 
 
-@pytest.fixture
-def rtimer(tmp_path, client):
-    proc = RtimerProcess(tmp_path / "data").start()
-    yield proc
-    proc.stop()
+def installed(kind: str) -> bool:
+    try:
+        CLIENTS[kind][0]()
+    except (pytest.skip.Exception, pytest.fail.Exception):
+        return False
+    return True
+
+
+class Runs:
+    """The scenarios of the selected tests (name, client kind), submitted in test order to a
+    pool when the first test asks for one."""
+
+    def __init__(self, wanted: list[tuple[str, str]], tmp_path_factory):
+        self.pool = ThreadPoolExecutor(RUNS_AT_ONCE, thread_name_prefix="remoting-run")
+        self.futures: dict[tuple[str, str], Future] = {}
+        for name, kind in wanted:
+            if installed(kind):
+                root = tmp_path_factory.mktemp(f"{name[:40]}-{kind}")
+                self.futures[name, kind] = self.pool.submit(SCENARIOS[name], CLIENTS[kind][1],
+                                                            root)
+
+    def result(self, name: str, kind: str) -> None:
+        self.futures[name, kind].result()  # re-raises the scenario's own assertion error
+
+
+@pytest.fixture(scope="module")
+def runs(request, tmp_path_factory):
+    wanted = []
+    for item in request.session.items:
+        params = item.callspec.params if hasattr(item, "callspec") else {}
+        if item.module is request.module and "client" in params:
+            wanted.append((item.function.__name__.removeprefix("test_"), params["client"]))
+    runs = Runs(wanted, tmp_path_factory)
+    yield runs
+    runs.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def unique(prefix: str) -> str:
@@ -45,7 +80,15 @@ def level_ms(level: int) -> int:
     return LEVELS_MS[level - 1]
 
 
-def test_send_and_push_consume_with_levels_timer_and_batch(client, rtimer, tmp_path):
+def send_and_push_consume_with_levels_timer_and_batch(client, tmp_path):
+    rtimer = RtimerProcess(tmp_path / "data").start()
+    try:
+        _send_and_push_consume(client, rtimer, tmp_path)
+    finally:
+        rtimer.stop()
+
+
+def _send_and_push_consume(client, rtimer, tmp_path):
     topic, group = unique("JT"), unique("jg")
     producer = client.producer(rtimer.address)
     consumer = client.consumer(rtimer.address, group, topic)
@@ -107,8 +150,16 @@ def test_send_and_push_consume_with_levels_timer_and_batch(client, rtimer, tmp_p
             assert entry.tags_code == parked[0].store_ms + level_ms(level)
 
 
-def test_a_failed_consume_returns_with_reconsume_times_1_and_offsets_survive_restart(client,
-                                                                                    rtimer):
+def a_failed_consume_returns_with_reconsume_times_1_and_offsets_survive_restart(client,
+                                                                               tmp_path):
+    rtimer = RtimerProcess(tmp_path / "data").start()
+    try:
+        _failed_consume_and_restart(client, rtimer)
+    finally:
+        rtimer.stop()
+
+
+def _failed_consume_and_restart(client, rtimer):
     topic, group = unique("JR"), unique("jr")
     producer = client.producer(rtimer.address)
     consumer = client.consumer(rtimer.address, group, topic)
@@ -144,7 +195,7 @@ def test_a_failed_consume_returns_with_reconsume_times_1_and_offsets_survive_res
         producer.close()
 
 
-def test_kill9_with_pending_level_and_timer_messages_loses_none(client, tmp_path):
+def kill9_with_pending_level_and_timer_messages_loses_none(client, tmp_path):
     topic, group = unique("JK"), unique("jk")
     first = RtimerProcess(tmp_path / "data").start()
     producer = client.producer(first.address)
@@ -182,6 +233,26 @@ def test_kill9_with_pending_level_and_timer_messages_loses_none(client, tmp_path
     finally:
         consumer.close()
         second.stop()
+
+
+SCENARIOS = {f.__name__: f for f in (
+    send_and_push_consume_with_levels_timer_and_batch,
+    a_failed_consume_returns_with_reconsume_times_1_and_offsets_survive_restart,
+    kill9_with_pending_level_and_timer_messages_loses_none)}
+
+
+def test_send_and_push_consume_with_levels_timer_and_batch(client, runs):
+    runs.result("send_and_push_consume_with_levels_timer_and_batch", client)
+
+
+def test_a_failed_consume_returns_with_reconsume_times_1_and_offsets_survive_restart(client,
+                                                                                    runs):
+    runs.result("a_failed_consume_returns_with_reconsume_times_1_and_offsets_survive_restart",
+                client)
+
+
+def test_kill9_with_pending_level_and_timer_messages_loses_none(client, runs):
+    runs.result("kill9_with_pending_level_and_timer_messages_loses_none", client)
 
 
 def test_the_readme_python_snippet_runs(tmp_path):
