@@ -144,3 +144,18 @@ def test_frames_split_at_any_byte_and_junk_after_whole_frames():
     commands, used, error = split_frames(bytearray(frames[0] + b"\x7f\xff\xff\xff" + b"x" * 8))
     assert [c.opaque for c in commands] == [1] and used == len(frames[0])
     assert error is not None
+
+
+def test_requests_between_sends_keep_their_place(front, store_calls):
+    """A pull written after a send, in the same write, reads what that send stored."""
+    client = Raw(front.port)
+    pull = RemotingCommand(11, 2, ext={"consumerGroup": "g", "topic": "O", "queueId": "0",
+                                       "queueOffset": "0", "maxMsgNums": "32",
+                                       "sysFlag": "0"}).encode()
+    replies = pipelined(client, [send_frame(1, "O", b"first", UNIQ_KEY=UNIQ.format(1)), pull,
+                                 send_frame(3, "O", b"second", UNIQ_KEY=UNIQ.format(3))])
+    assert replies[1].code == 0 and replies[3].code == 0
+    assert replies[2].code == 0 and b"first" in replies[2].body
+    assert b"second" not in replies[2].body
+    assert stored_bodies(front.broker, "O") == [b"first", b"second"]
+    client.close()
