@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
             runs[side].append(run)
             print(f"round {round_no + 1} {side} ({commits[side]}): {run['seconds']} s",
                   file=sys.stderr, flush=True)
+            # what is measured so far, kept at once: an A/B cut short keeps its runs
+            write_result(f"ab-{args.result}-runs", {"commits": commits, "runs": runs},
+                         args.results_dir)
     compared = compare(runs)
     path = write_result(f"ab-{args.result}", {
         "a": {"tree": str(trees["A"]), "commit": commits["A"]},
