@@ -193,6 +193,10 @@ def run_trace(engine: str, ops) -> None:
                         assert answer is (msg_id not in cancelled), "cancel not exact"
                     if answer:
                         cancelled.add(msg_id)
+                if h.traits.keyed:  # the pending count, the listing and the due counters agree
+                    listed = len(h.store.scan(limit=1_000))
+                    assert h.store.pending_count() == listed, f"pending count after {op}"
+                    assert h.store.count_due([(None, None)]) == [listed], f"counters after {op}"
             h.deliver(list(in_flight.values()))
             done.update(in_flight)
             end = max(due.values(), default=h.now) + 1_000
