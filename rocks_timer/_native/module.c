@@ -41,6 +41,8 @@ static PyMethodDef methods[] = {
      "The RocksDB claim's work after the index walk: budget, segment reads, prepared copies."},
     {"due_second_counts", due_second_counts, METH_O,
      "How many timer keys (bytes; due ms in the first 8, big-endian) fall due in each second."},
+    {"topic_counts", topic_counts, METH_O,
+     "How many timer keys (bytes; the topic at raw[9:-16]) belong to each topic."},
     {"delivery_copies", delivery_copies, METH_VARARGS,
      "Timer values to prepared CommitLog records (TIMER_OUT_MS, TIMER_DEQUEUE_MS added), or None."},
     {"read_records", read_records, METH_VARARGS,
