@@ -30,7 +30,7 @@ from bench.common import write_result
 def lower_is_better(name: str) -> bool:
     """A time, a peak RSS or CPU, by the figure's last name (a rate ``..._per_s`` is not)."""
     last = name.rsplit(".", 1)[-1].split("[", 1)[0]
-    if "per_s" in last or "per_cpu" in last:
+    if "_per_" in last:
         return False
     return last.endswith(("_ms", "_us", "_s", "seconds", "_mb")) or "rss" in last or \
         "cpu" in last

@@ -151,6 +151,13 @@ class PulledBatch(Sequence):
     def messages(self) -> list[Message]:
         return [self.row_message(k) for k in range(0, self._n * ROW, ROW)]
 
+    def records(self) -> tuple[bytes, memoryview]:
+        """The buffer and its index, for a reader that copies whole records (the remoting
+        front's pull): ``ROW`` int64 per message, namely entry number, record position in the
+        buffer, record size, body position and length, topic position and length, properties
+        position and length. Read-only: both are shared with this batch."""
+        return self._blob, self._rows
+
     def message(self, i: int) -> Message:
         return self.row_message(self._row(i))
 

@@ -44,3 +44,48 @@ class RecentSends:
             raise
         future.set_result(results)
         return results
+
+    async def send_many(self, groups: Sequence[Sequence[Message]],
+                        store: Callable[[Sequence[Message]], Awaitable[list]]) -> list:
+        """``send`` for several sends at once (the pipelined requests of one connection): the
+        groups not seen before are stored by one ``store`` call with all their messages, in
+        order, and each gets its slice of the results; a group already known (a retry, also one
+        earlier in ``groups``) waits for its first send. Returns one entry per group: its
+        results, or the exception its first send failed with. If ``store`` raises, every new
+        group is forgotten (a retry is tried again) and the exception propagates."""
+        loop = asyncio.get_running_loop()
+        outcome: list = [None] * len(groups)
+        fresh, waiting = [], []
+        for i, messages in enumerate(groups):
+            key = tuple((m.topic, m.msg_id) for m in messages)
+            known = self._recent.get(key)
+            if known is not None:
+                self.duplicates += 1
+                waiting.append((i, known))
+                continue
+            future = loop.create_future()
+            self._recent[key] = future
+            fresh.append((i, key, future, len(messages)))
+        while len(self._recent) > self.capacity:
+            self._recent.popitem(last=False)
+        if fresh:
+            try:
+                results = await store([m for i, _, _, _ in fresh for m in groups[i]])
+            except BaseException as exc:
+                for _, key, future, _ in fresh:
+                    if self._recent.get(key) is future:
+                        del self._recent[key]
+                    future.set_exception(exc)
+                    future.exception()  # retrieved: waiters re-raise it, nobody else must
+                raise
+            at = 0
+            for i, _, future, count in fresh:
+                outcome[i] = results[at:at + count]
+                at += count
+                future.set_result(outcome[i])
+        for i, known in waiting:
+            try:
+                outcome[i] = await asyncio.shield(known)
+            except Exception as exc:  # noqa: BLE001 - the first send's failure is this one's
+                outcome[i] = exc
+        return outcome

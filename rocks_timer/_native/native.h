@@ -72,8 +72,11 @@ Py_ssize_t delivery_copy_into(const unsigned char *v, Py_ssize_t len, long long 
 /* claim.c */
 PyObject *claim_batch(PyObject *self, PyObject *args);
 PyObject *due_second_counts(PyObject *self, PyObject *raws);
+PyObject *topic_counts(PyObject *self, PyObject *raws);
 /* consume.c */
 PyObject *read_records(PyObject *self, PyObject *args);
+/* client_records.c */
+PyObject *client_records(PyObject *self, PyObject *args);
 /* routing.c */
 int routing_init(void);
 PyObject *route_common(PyObject *self, PyObject *args);

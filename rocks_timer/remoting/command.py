@@ -150,10 +150,13 @@ def _decode_json(header: bytes) -> RemotingCommand:
     raw_ext = doc.get("extFields") or {}
     if not isinstance(raw_ext, dict):
         raise FrameError("extFields is not an object")
-    # clients send some numbers as JSON numbers and others as strings: keep text
-    ext = {str(k): (v if isinstance(v, str) else json.dumps(v) if isinstance(v, (bool, dict, list))
-                    else str(v))
-           for k, v in raw_ext.items() if v is not None}
+    # clients send some numbers as JSON numbers and others as strings: keep text (the Java
+    # client sends only strings: then the object is kept as it is)
+    ext = raw_ext
+    if not all([type(v) is str for v in raw_ext.values()]):
+        ext = {str(k): (v if isinstance(v, str) else json.dumps(v)
+                        if isinstance(v, (bool, dict, list)) else str(v))
+               for k, v in raw_ext.items() if v is not None}
     remark = doc.get("remark")
     language = doc.get("language")
     return RemotingCommand(code=_int(doc["code"], "code"), opaque=_int(doc.get("opaque", 0),

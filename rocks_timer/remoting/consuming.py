@@ -2,7 +2,8 @@
 QUERY/UPDATE_CONSUMER_OFFSET (14/15), offset lookups (29/30/31), PULL_MESSAGE (11) and
 CONSUMER_SEND_MSG_BACK (36).
 
-Pulls read the library's queues (``Broker.pull_page``); a pull with nothing to read and the
+Pulls read the library's queues (``Broker.pull_batch``: one page in one buffer, its records
+copied whole in the clients' layout; ``Broker.pull_page`` when a tag filter looks at each); a pull with nothing to read and the
 suspend bit set is held until a message lands on its topic or ``suspendTimeoutMillis`` ends.
 Offsets are the library's consumer offsets (``<data>/config/consumerOffset.json``): an
 UPDATE_CONSUMER_OFFSET is written before it is answered (clients send it on shutdown), the
@@ -27,7 +28,8 @@ from rocks_timer.remoting.codes import Response
 from rocks_timer.remoting.command import RemotingCommand
 from rocks_timer.remoting.headers import Header, HeaderError, check_name
 from rocks_timer.remoting.producing import DEFAULT_MAX_RECONSUME_TIMES, BadRequest
-from rocks_timer.remoting.records import encode_for_client, offset_msg_id
+from rocks_timer.remoting.records import (encode_for_client, encode_page_for_client,
+                                          offset_msg_id)
 from rocks_timer.remoting.topics import DLQ_PREFIX, RETRY_PREFIX, queue_count
 
 MAX_PULL_MESSAGES = 1024
@@ -239,6 +241,22 @@ class ConsumerHandlers:
         low, high = broker.min_offset(topic, queue_id), broker.max_offset(topic, queue_id)
         if offset < low or offset > high:
             return PullResult(Response.PULL_OFFSET_MOVED, low if offset < low else high, low, high)
+        if tags is None:
+            # every message: one page read into one buffer, its records copied whole in the
+            # client's layout (no Message per record)
+            looked = 0
+            while offset < high and looked < FILTER_BUDGET:
+                batch = broker.pull_batch(topic, queue_id, offset, count, MAX_PULL_BYTES)
+                if batch.next_offset <= offset:
+                    break
+                looked += batch.next_offset - offset
+                offset = batch.next_offset
+                if len(batch):
+                    return PullResult(Response.SUCCESS, offset, low, high,
+                                      encode_page_for_client(batch, self.host_bytes, self.port))
+            if offset < high:
+                return PullResult(Response.PULL_RETRY_IMMEDIATELY, offset, low, high)
+            return PullResult(Response.PULL_NOT_FOUND, offset, low, high)
         chunks, size, looked = [], 0, 0
         while offset < high and not chunks and looked < FILTER_BUDGET:
             messages, next_offset = broker.pull_page(topic, queue_id, offset, count)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 
+from rocks_timer.errors import InvalidMessageError
 from rocks_timer.message import (DELAY, TIMER_PROPERTIES, UNIQ_KEY, Message, decode_properties,
                                  new_msg_id)
 from rocks_timer.remoting.codes import Response
@@ -40,6 +41,47 @@ class ProducerHandlers:
     """Mixed into ``RemotingService``: the producer side."""
 
     async def send_message(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        messages = self._send_request(cmd)
+        results = await self.recent.send(messages, self._store)
+        return self._send_reply(cmd, messages, results)
+
+    async def send_messages(self, cmds: list[RemotingCommand]) -> list[RemotingCommand]:
+        """The sends of one connection read together (a client with many sends in flight):
+        each is checked on its own and a bad one gets the answer it gets alone; the others are
+        stored by one ``Broker.send_batch``, and each gets its own reply. The broker checks a
+        whole batch before it stores any of it, so when it refuses one message (nothing
+        stored), every send is tried again alone and gets its own answer."""
+        replies: list[RemotingCommand | None] = [None] * len(cmds)
+        ready = []
+        for i, cmd in enumerate(cmds):
+            try:
+                ready.append((i, cmd, self._send_request(cmd)))
+            except Exception as exc:  # noqa: BLE001 - answered as the request alone would be
+                replies[i] = self.error_reply(cmd, exc)
+        if len(ready) > 1:
+            try:
+                outcomes = await self.recent.send_many([m for _, _, m in ready], self._store)
+            except (InvalidMessageError, ValueError):
+                outcomes = None  # one message is refused: each send alone, below
+            except Exception as exc:  # noqa: BLE001 - a closed or failing store: each answers it
+                outcomes = [exc] * len(ready)
+            if outcomes is not None:
+                for (i, cmd, messages), outcome in zip(ready, outcomes):
+                    replies[i] = (self.error_reply(cmd, outcome)
+                                  if isinstance(outcome, Exception)
+                                  else self._send_reply(cmd, messages, outcome))
+                ready = []
+        for i, cmd, messages in ready:
+            try:
+                results = await self.recent.send(messages, self._store)
+            except Exception as exc:  # noqa: BLE001 - answered as the request alone would be
+                replies[i] = self.error_reply(cmd, exc)
+            else:
+                replies[i] = self._send_reply(cmd, messages, results)
+        return replies
+
+    def _send_request(self, cmd: RemotingCommand) -> list[Message]:
+        """A send request's messages, checked (raises what the front answers as an error)."""
         v2 = cmd.code != 10
         header = Header.send(v2, cmd.ext)
         topic = header.topic()
@@ -74,7 +116,10 @@ class ProducerHandlers:
             messages.append(self._message(topic, queue_id, entry_flag, body, props, born_ms,
                                           reconsume, max_reconsume))
         self.topics.note(topic)
-        results = await self.recent.send(messages, self._store)
+        return messages
+
+    def _send_reply(self, cmd: RemotingCommand, messages: list[Message],
+                    results: list) -> RemotingCommand:
         ids = [m.properties.get(CLIENT_UNIQ_KEY, r.msg_id) for m, r in zip(messages, results)]
         ext = {"msgId": ",".join(ids), "queueId": results[0].queue_id, "queueOffset": 0,
                "MSG_REGION": REGION, "TRACE_ON": "true"}

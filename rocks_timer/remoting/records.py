@@ -87,6 +87,64 @@ def encode_for_client(msg: Message, host: bytes, port: int) -> bytes:
     return b"".join((head, body, bytes([len(topic)]), topic, _PROPS_LEN.pack(len(props)), props))
 
 
+_ROW = 9  # the index row of rocks_timer.consume_read (PulledBatch.records)
+_CLIENT_FIELDS = ((8, 4), (36, 4), (48, 8), (64, 8), (76, 8))  # what the client sees differently
+_U32 = struct.Struct(">I")
+_HOST_PORT = struct.Struct(">4sI")
+
+
+def client_records_py(blob: bytes, index, host: bytes, port: int) -> bytes:
+    """The records of a pulled page (``PulledBatch.records()``) in the V1 layout clients decode:
+    each stored record copied whole with five fields set for the client, as
+    ``encode_for_client`` writes them: ``bodyCRC`` (CRC32 of the body, 31 bits), ``sysFlag``
+    0, ``bornHost`` this front's address with port 0, ``storeHost`` this front's address and
+    port, ``preparedTransactionOffset`` 0. The reference of the native ``client_records``
+    (``rocks_timer/_native/client_records.c``); for records without ``CLIENT_UNIQ_KEY``
+    (which ``encode_for_client`` renames), byte for byte what ``encode_for_client`` gives."""
+    rows = memoryview(index).cast("B").cast("q")
+    if len(host) != 4:
+        raise ValueError(f"host must be 4 bytes, not {len(host)}")
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is outside 0..65535")
+    if len(rows) % _ROW:
+        raise ValueError(f"the index holds {len(rows)} int64, not whole rows of {_ROW}")
+    out = bytearray()
+    born, store = _HOST_PORT.pack(host, 0), _HOST_PORT.pack(host, port)
+    for k in range(0, len(rows), _ROW):
+        at, size, body_at, body_len = rows[k + 1], rows[k + 2], rows[k + 3], rows[k + 4]
+        if (size < 91 or at < 0 or at + size > len(blob) or body_at < at + 88
+                or body_len < 0 or body_at + body_len > at + size):
+            raise ValueError(f"index row {k // _ROW} does not fit the buffer")
+        start = len(out)
+        out += blob[at:at + size]
+        _U32.pack_into(out, start + 8, zlib.crc32(blob[body_at:body_at + body_len]) & 0x7FFFFFFF)
+        out[start + 36:start + 40] = bytes(4)
+        out[start + 48:start + 56] = born
+        out[start + 64:start + 72] = store
+        out[start + 76:start + 84] = bytes(8)
+    return bytes(out)
+
+
+try:  # the same in C, when it was built (tests/fronts/test_remoting_records.py: byte for byte)
+    from rocks_timer._native.codec import client_records as _native_client_records
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native_client_records = None
+
+client_records = _native_client_records or client_records_py
+_RENAMED = CLIENT_UNIQ_KEY.encode() + b"\x01"
+
+
+def encode_page_for_client(batch, host: bytes, port: int) -> bytes:
+    """A pulled page (``Broker.pull_batch``) in the V1 layout, as ``encode_for_client`` of each
+    message gives it: whole records copied (``client_records``), unless a record may carry
+    ``CLIENT_UNIQ_KEY`` (its properties change), then message by message."""
+    blob, index = batch.records()
+    if _RENAMED in blob:
+        return b"".join([encode_for_client(batch.message(i), host, port)
+                         for i in range(len(batch))])
+    return client_records(blob, index, host, port)
+
+
 def uncompress(body: bytes, sys_flag: int, limit: int) -> bytes:
     """A sent body as the producer wrote it: clients compress bodies over 4 KiB (zlib unless
     told otherwise); rtimer stores them plain. ``limit`` bounds what one may inflate to."""
@@ -144,5 +202,6 @@ def decode_batch(data: bytes, max_messages: int) -> list[tuple[int, bytes, dict[
     return out
 
 
-__all__ = ["encode_for_client", "decode_batch", "uncompress", "offset_msg_id",
+__all__ = ["encode_for_client", "encode_page_for_client", "client_records",
+           "client_records_py", "decode_batch", "uncompress", "offset_msg_id",
            "parse_offset_msg_id", "ipv4", "BodyError"]

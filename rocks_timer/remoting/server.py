@@ -20,7 +20,7 @@ from rocks_timer.remoting import command as wire
 from rocks_timer.remoting.codes import Response
 from rocks_timer.remoting.command import RemotingCommand
 from rocks_timer.remoting.namesrv import CLUSTER, NameServerRegistrar
-from rocks_timer.remoting.service import RemotingService
+from rocks_timer.remoting.service import SEND_CODES, RemotingService
 from rocks_timer.timer.handles import TOPIC_PATTERN
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,25 @@ IDLE_S = 180.0                # no frame for this long: the connection is closed
 FRAME_S = 60.0                # a frame whose first bytes arrived must be whole by then
 OFFSET_FLUSH_S = 1.0
 START_TIMEOUT_S = 30.0
+READ_BYTES = 1 << 18          # what one read of a connection takes at most
+
+
+def split_frames(data: bytearray) -> tuple[list[RemotingCommand], int, Exception | None]:
+    """The whole frames at the start of ``data``: (commands, bytes they used, the error of
+    a frame that does not parse, or None). The frames before a bad one are still answered;
+    the bad one closes the connection (its length can no longer be trusted)."""
+    commands, at, end = [], 0, len(data)
+    try:
+        while end - at >= 8:
+            total, _ = wire.frame_size(bytes(data[at:at + 8]))
+            if end - at < 4 + total:
+                break
+            commands.append(wire.decode(int.from_bytes(data[at + 4:at + 8], "big"),
+                                        bytes(data[at + 8:at + 4 + total])))
+            at += 4 + total
+    except (wire.FrameError, ValueError, RecursionError) as exc:
+        return commands, at, exc
+    return commands, at, None
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:
@@ -49,6 +68,11 @@ class Connection:
     def send(self, cmd: RemotingCommand) -> None:
         if not self.writer.is_closing():
             self.writer.write(cmd.encode())
+
+    def send_all(self, cmds: list[RemotingCommand]) -> None:
+        """Several answers in one write (one system call for a batch's replies)."""
+        if not self.writer.is_closing():
+            self.writer.write(b"".join([cmd.encode() for cmd in cmds]))
 
     def close(self) -> None:
         self.writer.close()
@@ -111,7 +135,7 @@ class RemotingFront:
         self._stop = asyncio.Event()
         with ThreadPoolExecutor(self.workers, thread_name_prefix="remoting-broker") as executor:
             server = await asyncio.start_server(self._connection, self.host, self.port,
-                                                reuse_address=True, limit=1 << 16)
+                                                reuse_address=True, limit=READ_BYTES)
             self.port = server.sockets[0].getsockname()[1]
             name = self.broker_name or f"rtimer-{self.port}"
             self.broker_name = name
@@ -168,22 +192,28 @@ class RemotingFront:
         me = asyncio.current_task()
         self._handlers.add(me)
         tasks: set[asyncio.Task] = set()
+        loop = asyncio.get_running_loop()
+        pending = bytearray()  # bytes read and not yet a whole frame
+        frame_deadline = 0.0   # when the frame at the head of ``pending`` must be whole
         try:
             while True:
-                prefix = await asyncio.wait_for(reader.readexactly(8), IDLE_S)
-                total, _ = wire.frame_size(prefix)
-                rest = await asyncio.wait_for(reader.readexactly(total - 4), FRAME_S)
-                cmd = wire.decode(int.from_bytes(prefix[4:], "big"), rest)
-                if cmd.is_response:
-                    continue  # clients answer nothing we wait for (our requests are oneway)
-                if conn.in_flight >= self.max_in_flight:
-                    conn.send(cmd.response(Response.SYSTEM_BUSY, remark="too many requests in "
-                                           f"progress on this connection ({self.max_in_flight})"))
-                    continue
-                conn.in_flight += 1
-                task = asyncio.create_task(self._answer(conn, cmd))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
+                # A read takes whatever the socket holds: a client with many requests in
+                # flight has several frames there, and its sends are stored together.
+                timeout = IDLE_S if not pending else max(0.0, frame_deadline - loop.time())
+                data = await asyncio.wait_for(reader.read(READ_BYTES), timeout)
+                if not data:
+                    break
+                if not pending:
+                    frame_deadline = loop.time() + FRAME_S
+                pending += data
+                commands, used, junk = split_frames(pending)
+                if used:
+                    del pending[:used]
+                    if pending:  # a new frame started in this read
+                        frame_deadline = loop.time() + FRAME_S
+                self._dispatch(conn, commands, tasks)
+                if junk is not None:
+                    raise junk
         except (wire.FrameError, ValueError, RecursionError) as exc:
             self.closed_for_junk += 1
             log.info("remoting connection %s closed: %s", conn.peer, exc)
@@ -194,6 +224,35 @@ class RemotingFront:
             service.connection_closed(conn)
             conn.close()
 
+    def _dispatch(self, conn: Connection, commands: list[RemotingCommand],
+                  tasks: set[asyncio.Task]) -> None:
+        """Start answering ``commands`` in their order: a run of sends next to each other is
+        one task (one ``Broker.send_batch``), every other request a task of its own."""
+        sends: list[RemotingCommand] = []
+        for cmd in commands:
+            if cmd.is_response:
+                continue  # clients answer nothing we wait for (our requests are oneway)
+            if conn.in_flight >= self.max_in_flight:
+                conn.send(cmd.response(Response.SYSTEM_BUSY, remark="too many requests in "
+                                       f"progress on this connection ({self.max_in_flight})"))
+                continue
+            conn.in_flight += 1
+            if cmd.code in SEND_CODES:
+                sends.append(cmd)
+                continue
+            if sends:
+                self._start(tasks, self._answer_sends(conn, sends))
+                sends = []
+            self._start(tasks, self._answer(conn, cmd))
+        if sends:
+            self._start(tasks, self._answer_sends(conn, sends))
+
+    @staticmethod
+    def _start(tasks: set[asyncio.Task], coro) -> None:
+        task = asyncio.create_task(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
     async def _answer(self, conn: Connection, cmd: RemotingCommand) -> None:
         try:
             response = await self.service.handle(conn, cmd)
@@ -203,6 +262,15 @@ class RemotingFront:
             pass
         finally:
             conn.in_flight -= 1
+
+    async def _answer_sends(self, conn: Connection, cmds: list[RemotingCommand]) -> None:
+        try:
+            conn.send_all(await self.service.handle_sends(conn, cmds))
+            await conn.writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            conn.in_flight -= len(cmds)
 
     def stop(self) -> None:
         """Unregister from NameServers, close every connection, release the port."""

@@ -29,7 +29,8 @@ from rocks_timer.remoting.topics import TopicTable
 
 log = logging.getLogger(__name__)
 NOTIFY_DELAY_S = 0.3   # after the heartbeat's reply: a client ignores it before it runs
-_SEND_CODES = (Request.SEND_MESSAGE, Request.SEND_MESSAGE_V2, Request.SEND_BATCH_MESSAGE)
+SEND_CODES = frozenset((Request.SEND_MESSAGE, Request.SEND_MESSAGE_V2,
+                        Request.SEND_BATCH_MESSAGE))
 # response codes that answer a request as asked (an empty pull, a group with no offset yet)
 _ANSWERS = frozenset({Response.SUCCESS, Response.PULL_NOT_FOUND, Response.PULL_RETRY_IMMEDIATELY,
                       Response.PULL_OFFSET_MOVED, Response.QUERY_NOT_FOUND})
@@ -108,20 +109,37 @@ class RemotingService(ProducerHandlers, ConsumerHandlers, AdminHandlers):
                                 remark=f"request code {cmd.code} is not supported by rtimer")
         try:
             return await handler(conn, cmd)
-        except BadRequest as exc:
+        except Exception as exc:  # noqa: BLE001 - every failure is a response code
+            return self.error_reply(cmd, exc)
+
+    def error_reply(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        """The answer to ``cmd`` that failed with ``exc``."""
+        if isinstance(exc, BadRequest):
             return cmd.response(exc.code, remark=str(exc))
-        except (HeaderError, BodyError, InvalidMessageError, ValueError) as exc:
-            code = Response.MESSAGE_ILLEGAL if cmd.code in _SEND_CODES else \
+        if isinstance(exc, (HeaderError, BodyError, InvalidMessageError, ValueError)):
+            code = Response.MESSAGE_ILLEGAL if cmd.code in SEND_CODES else \
                 Response.INVALID_PARAMETER
             return cmd.response(code, remark=str(exc))
-        except StoreClosedError as exc:
+        if isinstance(exc, StoreClosedError):
             return cmd.response(Response.SERVICE_NOT_AVAILABLE, remark=str(exc))
-        except RocksTimerError as exc:
+        if isinstance(exc, RocksTimerError):
             return cmd.response(Response.SYSTEM_ERROR, remark=str(exc))
-        except Exception as exc:  # noqa: BLE001 - every failure is a response code
-            self.errors += 1
-            log.exception("remoting request code %d failed", cmd.code)
-            return cmd.response(Response.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+        self.errors += 1
+        log.error("remoting request code %d failed", cmd.code, exc_info=exc)
+        return cmd.response(Response.SYSTEM_ERROR, remark=f"{type(exc).__name__}: {exc}")
+
+    async def handle_sends(self, conn, cmds: list[RemotingCommand]) -> list[RemotingCommand]:
+        """``handle`` for the send requests of one connection read together
+        (``send_messages``): counted per request as ``handle`` counts them."""
+        if len(cmds) == 1:
+            return [await self.handle(conn, cmds[0])]
+        for cmd in cmds:
+            self.requests[self.names.get(cmd.code, "UNKNOWN")] += 1
+        replies = await self.send_messages(cmds)
+        for cmd, reply in zip(cmds, replies):
+            if reply.code not in _ANSWERS:
+                self.failures[self.names.get(cmd.code, "UNKNOWN")] += 1
+        return replies
 
     async def route(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         topic = Header(cmd.ext).topic()
@@ -179,4 +197,4 @@ class RemotingService(ProducerHandlers, ConsumerHandlers, AdminHandlers):
             self.notify_later(group)
 
 
-__all__ = ["RemotingService"]
+__all__ = ["RemotingService", "SEND_CODES"]

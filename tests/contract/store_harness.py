@@ -29,7 +29,7 @@ class EngineTraits:
     durable: bool  # survives close and reopen
     exact_cancel: bool  # a pending message that is not in flight is always cancelled (True)
     reconciles: bool  # exactly once across a crash: reconcile() drops keys found delivered
-    keyed: bool  # find / cancel_by_key / reschedule are supported
+    keyed: bool  # find / cancel_by_key / reschedule are supported, and the counts are exact
     late_ms: int  # how long after its due time a record may still wait (the wheel's slot)
 
 

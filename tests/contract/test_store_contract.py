@@ -27,9 +27,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rocks_timer.message import TIMER_OUT_MS
+from rocks_timer.timer.store import TimerKey
 from tests.contract.store_harness import (DURABLE, ENGINES, RECONCILING, StoreHarness, ids,
                                           users)
-from tests.support.engine_helpers import START_MS
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = "tests.contract.store_child"
@@ -192,6 +193,10 @@ def run_trace(engine: str, ops) -> None:
                         assert answer is (msg_id not in cancelled), "cancel not exact"
                     if answer:
                         cancelled.add(msg_id)
+                if h.traits.keyed:  # the pending count, the listing and the due counters agree
+                    listed = len(h.store.scan(limit=1_000))
+                    assert h.store.pending_count() == listed, f"pending count after {op}"
+                    assert h.store.count_due([(None, None)]) == [listed], f"counters after {op}"
             h.deliver(list(in_flight.values()))
             done.update(in_flight)
             end = max(due.values(), default=h.now) + 1_000
@@ -352,8 +357,5 @@ def test_reconcile_after_kill9_between_the_put_and_the_complete(engine, tmp_path
 
 def reached_keys(h: StoreHarness):
     """The timer keys of the delivered copies in the CommitLog, as the deliverer finds them."""
-    from rocks_timer.message import TIMER_OUT_MS
-    from rocks_timer.timer.store import TimerKey
-
     return [TimerKey(int(m.properties[TIMER_OUT_MS]), m.topic, m.msg_id)
             for m in h.messages.iter_messages(0) if TIMER_OUT_MS in m.properties]

@@ -48,13 +48,17 @@ class IndexChanges:
     """What one batch does to the due counters, the topic counters and the key index.
     ``emptied``: due-time intervals ``(lo_ms, hi_ms)`` whose every pending key this batch
     removes, ends excluded (a delivery's claimed spans): the counters of buckets lying wholly
-    inside are cleared by range (``DueCounters.stage``)."""
+    inside are cleared by range (``DueCounters.stage``). The keys added and removed are kept as
+    they come and counted by topic once, in one native pass, when the batch is staged
+    (:meth:`topic_deltas`); ``topics`` holds counts a caller worked out already."""
 
-    __slots__ = ("deltas", "topics", "puts", "deletes", "emptied")
+    __slots__ = ("deltas", "topics", "added_raws", "removed_raws", "puts", "deletes", "emptied")
 
     def __init__(self) -> None:
         self.deltas: dict[int, int] = {}
         self.topics: dict[bytes, int] = {}
+        self.added_raws: list[bytes] = []
+        self.removed_raws: list[bytes] = []
         self.puts: list[bytes] = []
         self.deletes: list[bytes] = []
         self.emptied: list[tuple[int, int]] = []
@@ -62,32 +66,42 @@ class IndexChanges:
     def added(self, raw: bytes, keys: Iterable[str] = ()) -> None:
         due = K.key_due_ms(raw)
         self.deltas[due] = self.deltas.get(due, 0) + 1
-        topic = raw[K.DUE_SIZE + 1:-K.MSG_ID_SIZE]
-        self.topics[topic] = self.topics.get(topic, 0) + 1
+        self.added_raws.append(raw)
         for key in keys:
             self.puts.append(K.index_entry(raw, key))
 
     def removed(self, raw: bytes, keys: Iterable[str] = ()) -> None:
         due = K.key_due_ms(raw)
         self.deltas[due] = self.deltas.get(due, 0) - 1
-        topic = raw[K.DUE_SIZE + 1:-K.MSG_ID_SIZE]
-        self.topics[topic] = self.topics.get(topic, 0) - 1
+        self.removed_raws.append(raw)
         for key in keys:
             self.deletes.append(K.index_entry(raw, key))
 
     def removed_unkeyed(self, raws: Iterable[bytes]) -> None:
         """:meth:`removed` for many keys without index entries (a delivery batch): the keys
         counted per due second in one native pass (the counters are per second at the finest,
-        ``duecount``) and per topic in one C-level pass."""
+        ``duecount``); their topics are counted with the rest at stage time."""
         if not isinstance(raws, (list, tuple, dict)):
             raws = list(raws)
         deltas = self.deltas
         for second, n in due_second_counts(raws).items():
             due = second * 1000
             deltas[due] = deltas.get(due, 0) - n
+        self.removed_raws.extend(raws)
+
+    def topic_deltas(self) -> dict[bytes, int]:
+        """topic bytes -> keys added minus keys removed, over the whole batch."""
         topics = self.topics
-        for topic, n in topiccount.topic_deltas(raws, 1).items():
-            topics[topic] = topics.get(topic, 0) - n
+        if self.added_raws:
+            topics = dict(topics)
+            for topic, n in topiccount.topic_counts(self.added_raws).items():
+                topics[topic] = topics.get(topic, 0) + n
+        if self.removed_raws:
+            if topics is self.topics:
+                topics = dict(topics)
+            for topic, n in topiccount.topic_counts(self.removed_raws).items():
+                topics[topic] = topics.get(topic, 0) - n
+        return topics
 
 
 def message_keys(message: "Message") -> tuple[str, ...]:
@@ -140,12 +154,10 @@ class KeyIndex:
             deltas = changes.deltas
             if len(dues) == 1:
                 deltas[dues[0]] = 1
-                raw = raw_keys[0]
-                changes.topics[raw[K.DUE_SIZE + 1:-K.MSG_ID_SIZE]] = 1
             else:
                 for due in dues:
                     deltas[due] = deltas.get(due, 0) + 1
-                changes.topics = topiccount.topic_deltas(raw_keys, 1)
+            changes.added_raws = raw_keys  # every key new and distinct: counted by topic later
             return changes, len(raw_keys)
         if len(raw_keys) == 1:
             final = {raw_keys[0]: records[0].message}
@@ -179,7 +191,8 @@ class KeyIndex:
         for entry in changes.puts:
             batch.put(entry, b"", keys_h)
         due = self.due.stage(changes.deltas, batch, changes.emptied) if changes.deltas else None
-        topics = self.topics.stage(changes.topics, batch) if changes.topics else None
+        deltas = changes.topic_deltas()
+        topics = self.topics.stage(deltas, batch) if deltas else None
         return due, topics
 
     def stage_new(self, raw: bytes, due_ms: int, batch: WriteBatch) -> tuple | None:

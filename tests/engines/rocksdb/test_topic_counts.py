@@ -128,3 +128,20 @@ def test_without_the_key_index_the_reads_that_need_it_refuse_and_the_next_open_r
     assert len(store.find("a", "k")) == 3
     assert store.count_due([(None, None)]) == [3]
     assert store.check()["problems"] == []
+
+
+def test_the_native_topic_count_equals_its_reference():
+    import random
+
+    from rocks_timer.timer.rocksdb import topiccount
+    native = pytest.importorskip("rocks_timer._native.codec")
+    rng = random.Random(3)
+    topics = ["a", "bb", "orders", "ü" * 10, "t" * 255]
+    raws = [K.encode_key(TimerKey(T0 + rng.randrange(10**6), rng.choice(topics),
+                                  f"{i:032X}")) for i in range(2000)]
+    raws.sort()  # runs of one topic, and topics interleaved
+    for sample in (raws, raws[:1], [], sorted(raws, key=lambda r: r[9:]), raws + [b"short"]):
+        assert native.topic_counts(sample) == topiccount.topic_counts_py(sample)
+    assert native.topic_counts(dict.fromkeys(raws)) == topiccount.topic_counts_py(raws)
+    with pytest.raises(TypeError):
+        native.topic_counts(["not bytes"])

@@ -64,7 +64,9 @@ public final class RemotingClient {
         emit(Map.of("event", "ready"));
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
         String text;
-        while ((text = in.readLine()) != null) {
+        // "stop" ends it as it ends a consumer (it was read as JSON: the parse error ended main
+        // while the producer's threads kept the JVM up, until the test killed it 30 s later)
+        while ((text = in.readLine()) != null && !text.trim().equals("stop")) {
             if (text.isBlank()) {
                 continue;
             }
