@@ -119,3 +119,19 @@ class ProcessCpu:
         """Milliseconds of CPU per item between two readings (each process apart)."""
         return {name: round((after[name] - before[name]) * 1000 / count, 3) if count else None
                 for name in before}
+
+
+def import_client(home: Path):
+    """The official RocketMQ 5 Python client, imported with HOME pointing at ``home`` (it
+    creates ~/logs/rocketmq_python on import) and told its address is loopback (it would
+    otherwise look it up). Every benchmark that drives the client imports it through here."""
+    saved = os.environ.get("HOME")
+    os.environ["HOME"] = str(home)
+    try:
+        import rocketmq
+        from rocketmq.v5.util.misc import Misc
+    finally:
+        if saved is not None:
+            os.environ["HOME"] = saved
+    Misc._Misc__LOCAL_IP = "127.0.0.1"
+    return rocketmq

@@ -39,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import RESULTS, ProcessCpu, median, scratch_dir, write_result
+from bench.common import RESULTS, ProcessCpu, import_client, median, scratch_dir, write_result
 from bench.remoting import JAVA_DIR, java_bench
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,18 +53,6 @@ INVISIBLE_S = 30
 START_TIMEOUT_S = 60.0
 
 
-def _import_client(home: Path):
-    """The official client creates ~/logs/rocketmq_python on import: HOME points elsewhere."""
-    saved = os.environ.get("HOME")
-    os.environ["HOME"] = str(home)
-    try:
-        import rocketmq
-        from rocketmq.v5.util.misc import Misc
-    finally:
-        if saved is not None:
-            os.environ["HOME"] = saved
-    Misc._Misc__LOCAL_IP = "127.0.0.1"  # it would otherwise look its address up
-    return rocketmq
 
 
 class Rtimer:
@@ -188,7 +176,7 @@ def run(scratch: Path, n: int, rounds: int, body_bytes: int, warm: int, skip_roc
         fronts: tuple[str, ...]) -> dict:
     home = Path(tempfile.mkdtemp(prefix="bench-fronts-home-"))
     log_root = home / "java-logs"
-    mq = _import_client(home)
+    mq = import_client(home)
     body = b"x" * body_bytes
     sides = SIDES[:1] if skip_rocketmq else SIDES
     remoting_topics = [f"BenchFrontsRemoting{r}" for r in range(rounds)]

@@ -28,24 +28,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.common import RESULTS, percentile, scratch_dir, write_result
+from bench.common import RESULTS, import_client, percentile, scratch_dir, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 _LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 
 
-def _import_client(home: Path):
-    """The client creates ~/logs/rocketmq_python on import: point HOME elsewhere for it."""
-    saved = os.environ.get("HOME")
-    os.environ["HOME"] = str(home)
-    try:
-        import rocketmq
-        from rocketmq.v5.util.misc import Misc
-    finally:
-        if saved is not None:
-            os.environ["HOME"] = saved
-    Misc._Misc__LOCAL_IP = "127.0.0.1"
-    return rocketmq
 
 
 def _start_broker(data: Path, home: Path) -> tuple[subprocess.Popen, int]:
@@ -219,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     body = b"x" * args.body
     home = Path(tempfile.mkdtemp(prefix="bench-grpc-home-"))
-    mq = _import_client(home)
+    mq = import_client(home)
     with scratch_dir(args.results_dir and args.results_dir / "tmp", "bench-grpc-") as scratch:
         library = library_side(scratch / "library", args.messages, args.delays, args.spread,
                                body)

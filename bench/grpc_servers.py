@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.common import RESULTS, median, process_cpu_s, write_result
+from bench.common import RESULTS, import_client, median, process_cpu_s, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVERS = ("aio", "sync")
@@ -113,8 +113,7 @@ def serve(kind: str, workers: int) -> None:
 
 def client(port: int, messages: int) -> None:
     """The client subprocess: warm-up, then READY; on a line from stdin, the timed sends."""
-    from bench.fronts import _import_client
-    mq = _import_client(Path(tempfile.mkdtemp(prefix="bench-grpc-servers-home-")))
+    mq = import_client(Path(tempfile.mkdtemp(prefix="bench-grpc-servers-home-")))
     config = mq.ClientConfiguration(f"127.0.0.1:{port}", mq.Credentials(), request_timeout=10)
     producer = mq.Producer(config, ("BenchServers",))
     producer.startup()

@@ -53,10 +53,10 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import RESULTS, percentile
+from bench.common import RESULTS, import_client, percentile
 from bench.rocketmq.cluster import RocketMQCluster
 from bench.rocketmq.driver import (GrpcDriver, RtimerProcess, Sampler, disk_usage, file_bytes,
-                                   import_client, proc_status, proc_written, store_ms)
+                                   proc_status, proc_written, store_ms)
 from bench.harness import COMPONENTS
 from bench.workloads import DAY_MS, MONTH_MAX_DELAY_SEC, TOPICS, Workload
 from rocks_timer.delay_levels import DEFAULT_DELAY_LEVELS, DelayLevelTable

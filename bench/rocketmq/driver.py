@@ -24,19 +24,6 @@ ROOT = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 
 
-def import_client(home: Path):
-    """The official client, imported with HOME elsewhere (it creates ~/logs/rocketmq_python on
-    import) and told its address is loopback (it would otherwise look it up)."""
-    saved = os.environ.get("HOME")
-    os.environ["HOME"] = str(home)
-    try:
-        import rocketmq
-        from rocketmq.v5.util.misc import Misc
-    finally:
-        if saved is not None:
-            os.environ["HOME"] = saved
-    Misc._Misc__LOCAL_IP = "127.0.0.1"
-    return rocketmq
 
 
 # -- /proc -----------------------------------------------------------------------------------------

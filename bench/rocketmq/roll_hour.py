@@ -25,10 +25,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.common import RESULTS, write_result
+from bench.common import RESULTS, import_client, write_result
 from bench.rocketmq.cluster import RocketMQCluster
-from bench.rocketmq.driver import (GrpcDriver, disk_usage, file_bytes, import_client,
-                                   proc_status, proc_written)
+from bench.rocketmq.driver import GrpcDriver, disk_usage, file_bytes, proc_status, proc_written
 from bench.workloads import MONTH_MAX_DELAY_SEC, TOPICS, Workload
 
 _ROLLED = re.compile(r"Timeline scan records from rocksdb, checkpoint: (\d+), records size: (\d+)")
