@@ -1,8 +1,17 @@
 """The listen addresses of the network fronts (``--grpc-listen``, ``--remoting-listen``,
-``--metrics-listen``): one reading of ``HOST:PORT`` for all of them."""
+``--metrics-listen``): one reading of ``HOST:PORT`` for all of them; and the thread an asyncio
+front (gRPC, remoting) serves on."""
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
+from typing import Awaitable, Callable
+
 from rocks_timer.errors import ConfigError
+
+log = logging.getLogger(__name__)
+START_TIMEOUT_S = 30.0
 
 
 def parse_listen(text: str, option: str, allow_off: bool = True) -> tuple[str, int] | None:
@@ -17,3 +26,59 @@ def parse_listen(text: str, option: str, allow_off: bool = True) -> tuple[str, i
         raise ConfigError(f"{option} {text!r} must be HOST:PORT (port 0..65535, 0 = any free "
                           f"port){' or ' + repr('off') if allow_off else ''}")
     return host, int(port)
+
+
+class LoopThread:
+    """An asyncio front's event loop on a daemon thread of its own. :meth:`start` returns once
+    the serve coroutine has called :meth:`ready` (bound and serving), or raises ConfigError
+    saying why it could not start; the coroutine waits in :meth:`stopping` until :meth:`stop`."""
+
+    def __init__(self, name: str, what: str) -> None:
+        self.name, self.what = name, what  # the thread's name; the front, in messages
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    def start(self, serve: Callable[[], Awaitable[None]], address: str) -> None:
+        self._thread = threading.Thread(target=self._run, args=(serve,), name=self.name,
+                                        daemon=True)
+        self._thread.start()
+        if not self._started.wait(START_TIMEOUT_S):
+            raise ConfigError(f"{self.what} did not start on {address} in time")
+        if self._error is not None:
+            raise ConfigError(f"{self.what} cannot listen on {address}: {self._error}")
+
+    def _run(self, serve: Callable[[], Awaitable[None]]) -> None:
+        try:
+            asyncio.run(self._main(serve))
+        except BaseException as exc:  # noqa: BLE001 - reported to start() or logged
+            if not self._started.is_set():
+                self._error = exc
+                self._started.set()
+            else:
+                log.exception("%s stopped with an error", self.what)
+
+    async def _main(self, serve: Callable[[], Awaitable[None]]) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        await serve()
+
+    def ready(self) -> None:
+        """Called by the serve coroutine once it listens: :meth:`start` returns."""
+        self._started.set()
+
+    async def stopping(self) -> None:
+        """Returns in the serve coroutine when :meth:`stop` is called."""
+        assert self._stop is not None
+        await self._stop.wait()
+
+    def stop(self, join_s: float) -> None:
+        """Ask the serve coroutine to end and wait up to ``join_s`` for the thread."""
+        if self.loop is not None and self._stop is not None and self._thread is not None:
+            try:
+                self.loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:
+                pass  # the loop already ended
+            self._thread.join(join_s)

@@ -10,11 +10,8 @@ broker asking for a port in use fails instead of silently sharing it.
 """
 from __future__ import annotations
 
-import asyncio
 import ipaddress
-import logging
 import socket
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from rocks_timer import listen
@@ -26,11 +23,9 @@ from rocks_timer.proxy.protocol import pb, service_pb2_grpc
 import grpc  # after protocol, which says which extra to install when it is missing
 from rocks_timer.proxy.service import MessagingService
 
-log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8081"
 MAX_CONCURRENT_RPCS = 1_000
 IDLE_CONNECTION_MS = 600_000
-START_TIMEOUT_S = 30.0
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:
@@ -79,11 +74,7 @@ class GrpcFront:
         self.pop: PopService | None = None
         self.service: MessagingService | None = None
         self.sink = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
+        self._serving = listen.LoopThread("grpc-front", "gRPC front")
 
     @property
     def address(self) -> str:
@@ -93,28 +84,14 @@ class GrpcFront:
     def start(self) -> "GrpcFront":
         """Bind and serve; returns once the port is bound (``port`` then holds the real one)."""
         self.pop = PopService(self.broker)
-        self._thread = threading.Thread(target=self._run, name="grpc-front", daemon=True)
-        self._thread.start()
-        if not self._started.wait(START_TIMEOUT_S):
-            raise ConfigError(f"gRPC front did not start on {self.address} in time")
-        if self._error is not None:
+        try:
+            self._serving.start(self._serve, self.address)
+        except ConfigError:
             self.pop.close()
-            raise ConfigError(f"gRPC front cannot listen on {self.address}: {self._error}")
+            raise
         return self
 
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to start() or logged
-            if not self._started.is_set():
-                self._error = exc
-                self._started.set()
-            else:
-                log.exception("gRPC front stopped with an error")
-
     async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
         limit = 2 * self.broker.config.max_message_size + (1 << 20)
         server = grpc.aio.server(
             options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", limit),
@@ -135,18 +112,13 @@ class GrpcFront:
                                             metrics=self.sink is not None)
             service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
             await server.start()
-            self._started.set()
-            await self._stop.wait()
+            self._serving.ready()
+            await self._serving.stopping()
             await server.stop(grace=1.0)
 
     def stop(self) -> None:
         """Stop serving (streams in progress get a second to finish) and release the port."""
-        if self._loop is not None and self._stop is not None and self._thread is not None:
-            try:
-                self._loop.call_soon_threadsafe(self._stop.set)
-            except RuntimeError:
-                pass  # the loop already ended
-            self._thread.join(10)
+        self._serving.stop(10)
         if self.pop is not None:
             self.pop.close()
 

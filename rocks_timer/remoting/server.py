@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from rocks_timer import listen
@@ -30,7 +29,6 @@ MAX_IN_FLIGHT = 256           # requests in progress on one connection (held pul
 IDLE_S = 180.0                # no frame for this long: the connection is closed
 FRAME_S = 60.0                # a frame whose first bytes arrived must be whole by then
 OFFSET_FLUSH_S = 1.0
-START_TIMEOUT_S = 30.0
 READ_BYTES = 1 << 18          # what one read of a connection takes at most
 
 
@@ -98,11 +96,7 @@ class RemotingFront:
         self.registrar: NameServerRegistrar | None = None
         self.rejected_connections = 0
         self.closed_for_junk = 0
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._started = threading.Event()
-        self._error: BaseException | None = None
+        self._serving = listen.LoopThread("remoting-front", "remoting front")
         self._handlers: set[asyncio.Task] = set()  # one per open connection
 
     @property
@@ -112,27 +106,11 @@ class RemotingFront:
 
     def start(self) -> "RemotingFront":
         """Bind and serve; returns once the port is bound (``port`` then holds the real one)."""
-        self._thread = threading.Thread(target=self._run, name="remoting-front", daemon=True)
-        self._thread.start()
-        if not self._started.wait(START_TIMEOUT_S):
-            raise ConfigError(f"remoting front did not start on {self.address} in time")
-        if self._error is not None:
-            raise ConfigError(f"remoting front cannot listen on {self.address}: {self._error}")
+        self._serving.start(self._serve, self.address)
         return self
 
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to start() or logged
-            if not self._started.is_set():
-                self._error = exc
-                self._started.set()
-            else:
-                log.exception("remoting front stopped with an error")
-
     async def _serve(self) -> None:
-        loop = self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
         with ThreadPoolExecutor(self.workers, thread_name_prefix="remoting-broker") as executor:
             server = await asyncio.start_server(self._connection, self.host, self.port,
                                                 reuse_address=True, limit=READ_BYTES)
@@ -151,9 +129,9 @@ class RemotingFront:
                 self.registrar = NameServerRegistrar(self.namesrv, service.topics, name,
                                                      service.address, CLUSTER)
                 self.registrar.start()
-            self._started.set()
+            self._serving.ready()
             try:
-                await self._stop.wait()
+                await self._serving.stopping()
             finally:
                 self.broker.unwatch_arrivals(arrived)
                 if self.registrar is not None:
@@ -274,12 +252,7 @@ class RemotingFront:
 
     def stop(self) -> None:
         """Unregister from NameServers, close every connection, release the port."""
-        if self._loop is not None and self._stop is not None and self._thread is not None:
-            try:
-                self._loop.call_soon_threadsafe(self._stop.set)
-            except RuntimeError:
-                pass  # the loop already ended
-            self._thread.join(15)
+        self._serving.stop(15)
 
     def request_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Requests and failed requests (answered with an error code) per request name since
