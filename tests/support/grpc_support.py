@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.support.run_support import wait_listening
+
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_HOME = Path(tempfile.mkdtemp(prefix="rtimer-grpc-home-"))
 _saved_home = os.environ.get("HOME")
@@ -31,7 +33,6 @@ finally:
 Misc._Misc__LOCAL_IP = "127.0.0.1"  # the client would otherwise ask the routing table
 CLIENT_LOG = CLIENT_HOME / "logs" / "rocketmq_python" / "rocketmq_client.log"
 _LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
-START_TIMEOUT_S = 30.0
 
 
 class BrokerProcess:
@@ -50,18 +51,9 @@ class BrokerProcess:
             [sys.executable, "-m", "cli.main", "--data-dir", str(self.data_dir), *self.extra,
              "run", "--grpc-listen", "127.0.0.1:0", "--remoting-listen", "off"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        assert self.proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError("rtimer run ended early:\n" + "".join(self.output))
-            self.output.append(line)
-            match = _LISTENING.search(line)
-            if match:  # printed once the port is bound, after the "broker running" line
-                self.port = int(match.group(1))
-                return self
-        raise AssertionError("rtimer run did not start in time:\n" + "".join(self.output))
+        # printed once the port is bound, after the "broker running" line
+        self.port = int(wait_listening(self.proc, _LISTENING, self.output).group(1))
+        return self
 
     @property
     def endpoint(self) -> str:

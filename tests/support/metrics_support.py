@@ -14,8 +14,9 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.run_support import wait_listening
+
 ROOT = Path(__file__).resolve().parents[2]
-START_TIMEOUT_S = 30.0
 _METRICS = re.compile(r"metrics on http://(127\.0\.0\.1:\d+)/metrics")
 NODE_LABELS = ("cluster", "node_type", "node_id")
 
@@ -38,18 +39,8 @@ class MetricsBroker:
              *self.run_args],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
             env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        deadline = time.monotonic() + START_TIMEOUT_S
-        assert self.proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError("rtimer run ended early:\n" + "".join(self.output))
-            self.output.append(line)
-            match = _METRICS.search(line)
-            if match:
-                self.address = match.group(1)
-                return self
-        raise AssertionError("rtimer run did not start in time:\n" + "".join(self.output))
+        self.address = wait_listening(self.proc, _METRICS, self.output).group(1)
+        return self
 
     @property
     def url(self) -> str:

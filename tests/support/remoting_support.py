@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.run_support import wait_listening
+
 ROOT = Path(__file__).resolve().parents[2]
 JAVA_DIR = ROOT / "tests" / "fronts" / "java"
 JAVA_CLASSES = JAVA_DIR / "target" / "classes"
@@ -30,7 +32,6 @@ JAVA_CLASSPATH = JAVA_DIR / "target" / "classpath.txt"
 PY4 = ROOT / ".venv-rocketmq4" / "bin" / "python"
 JS_DIR = ROOT / "tests" / "fronts" / "js"
 _LISTENING = re.compile(r"remoting .* listening on 127\.0\.0\.1:(\d+)")
-START_TIMEOUT_S = 30.0
 
 
 def need(ok: bool, what: str) -> None:
@@ -73,19 +74,9 @@ class RtimerProcess:
              "--grpc-listen", "off", "--remoting-listen", f"127.0.0.1:{self.requested_port}",
              *self.extra],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        assert self.proc.stdout is not None
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise AssertionError("rtimer run ended early:\n" + "".join(self.output))
-            self.output.append(line)
-            match = _LISTENING.search(line)
-            if match:
-                self.port = int(match.group(1))
-                threading.Thread(target=self._drain, daemon=True).start()
-                return self
-        raise AssertionError("rtimer run did not start in time:\n" + "".join(self.output))
+        self.port = int(wait_listening(self.proc, _LISTENING, self.output).group(1))
+        threading.Thread(target=self._drain, daemon=True).start()
+        return self
 
     def _drain(self) -> None:
         for line in self.proc.stdout:
