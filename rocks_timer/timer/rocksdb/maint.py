@@ -19,6 +19,7 @@ from rocks_timer.timer.rocksdb.keyindex import KeyIndex, message_keys
 from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.rocksdb.setaside import count_pointers, name_key, read_rows
 from rocks_timer.timer.rocksdb.vlog import ValueLog
+from rocks_timer.timer.rocksdb.vlog.liveness import liveness_problems
 from rocks_timer.timer.store import StoreStats
 from rocks_timer.timer.values import decode_value
 
@@ -132,15 +133,7 @@ def check(db: Database, claims: Claims, counts: Counts, keys: KeyIndex,
         del it
     if vlog is not None:
         count_pointers(seen, read_rows(db.corrupt))  # set aside: still counted live
-        for seg_id, seg in vlog.segments.items():
-            count, nbytes = seen.pop(seg_id, (0, 0))
-            if (count, nbytes) != (seg.live_count, seg.live_bytes):
-                problems.append(f"vlog segment {seg_id}: liveness row says {seg.live_count} "
-                                f"records / {seg.live_bytes} bytes, the index points at "
-                                f"{count} / {nbytes}")
-        for seg_id, (count, _) in seen.items():
-            problems.append(f"{count} index entries point into vlog segment {seg_id}, "
-                            f"which has no liveness row")
+        problems.extend(liveness_problems(vlog.segments, seen))
     problems.extend(keys.check(index_entries, raws, counts.corrupt))
     if live != counts.pending:
         problems.append(f"pending counter {counts.pending} but {live} keys in the timer CF")

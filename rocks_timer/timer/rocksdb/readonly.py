@@ -27,7 +27,7 @@ from rocks_timer.timer.rocksdb import keyindex
 from rocks_timer.timer.rocksdb import setaside
 from rocks_timer.timer.rocksdb.duecount import DueCounters
 from rocks_timer.timer.rocksdb.topiccount import read_stored
-from rocks_timer.timer.rocksdb.vlog.liveness import SEGMENT, Segment
+from rocks_timer.timer.rocksdb.vlog.liveness import SEGMENT, Segment, liveness_problems
 from rocks_timer.timer.rocksdb.meta import StoredState
 from rocks_timer.timer.rocksdb.opening import CORRUPT_CF, META_CF, TIMER_CF
 from rocks_timer.timer.rocksdb.scan import check_iterator
@@ -186,14 +186,6 @@ class ReadOnlyRocksStore:
             check_iterator(it, f"vlog liveness rows of {self.path}")
         finally:
             del it, meta
-        for seg_id, seg in rows.items():
-            count, nbytes = seen.pop(seg_id, (0, 0))
-            if (count, nbytes) != (seg.live_count, seg.live_bytes):
-                problems.append(f"vlog segment {seg_id}: liveness row says {seg.live_count} "
-                                f"records / {seg.live_bytes} bytes, the index points at "
-                                f"{count} / {nbytes}")
-        for seg_id, (count, _) in seen.items():
-            problems.append(f"{count} index entries point into vlog segment {seg_id}, which "
-                            "has no liveness row")
+        problems.extend(liveness_problems(rows, seen))
         return problems
 

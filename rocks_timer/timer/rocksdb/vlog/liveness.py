@@ -106,3 +106,20 @@ def durable_rows(meta: Any, segs: list[Segment]) -> dict[int, bytes | None]:
 
 def day_of(due_ms: int) -> int:
     return due_ms // DAY_MS
+
+
+def liveness_problems(rows: "dict[int, Segment]", seen: dict[int, tuple[int, int]]) -> list[str]:
+    """What ``check`` says when the liveness rows (segment id -> Segment) and the pointers the
+    index holds (``seen``: segment id -> (records, bytes), set-aside rows included) disagree:
+    the live check and the read-only check compare the same two things. Empties ``seen``."""
+    problems = []
+    for seg_id, seg in rows.items():
+        count, nbytes = seen.pop(seg_id, (0, 0))
+        if (count, nbytes) != (seg.live_count, seg.live_bytes):
+            problems.append(f"vlog segment {seg_id}: liveness row says {seg.live_count} "
+                            f"records / {seg.live_bytes} bytes, the index points at "
+                            f"{count} / {nbytes}")
+    for seg_id, (count, _) in seen.items():
+        problems.append(f"{count} index entries point into vlog segment {seg_id}, "
+                        f"which has no liveness row")
+    return problems
