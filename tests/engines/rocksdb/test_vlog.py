@@ -349,3 +349,14 @@ def test_a_relocation_copy_of_a_record_cancelled_meanwhile_is_never_rebuilt(path
     with open_vlog(path) as store:
         got = deliver_all(store, T0 + 5 * DAY_MS)
         assert sorted(int(r.message.body[:8]) for r in got) == list(range(5, 300, 5))
+
+
+def test_liveness_problems_names_a_row_that_disagrees_and_pointers_without_a_row():
+    from rocks_timer.timer.rocksdb.vlog.liveness import Segment, liveness_problems
+    rows = {1: Segment(1, 0, 0, 0, live_count=2, live_bytes=100, end=100),
+            2: Segment(2, 0, 0, 0, live_count=1, live_bytes=50, end=50)}
+    seen = {1: (2, 100), 2: (1, 40), 9: (3, 30)}
+    assert liveness_problems(rows, seen) == [
+        "vlog segment 2: liveness row says 1 records / 50 bytes, the index points at 1 / 40",
+        "3 index entries point into vlog segment 9, which has no liveness row"]
+    assert liveness_problems(rows, {1: (2, 100), 2: (1, 50)}) == []
