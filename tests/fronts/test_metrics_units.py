@@ -283,6 +283,33 @@ def test_bench_metrics_cost_smoke():
     assert len(metrics_cost.summary(result)) == 7
 
 
+def test_bench_scraper_child_scrapes_a_real_server_until_stopped(tmp_path):
+    """The "on" rounds' scraper is a process of its own (as Prometheus is): it fetches both
+    pages from the real metrics server until its stdin closes, and says how many times."""
+    from bench import metrics_cost
+    from rocks_timer.metrics import MetricsServer
+
+    served: list[str] = []
+
+    class Counting(MetricsServer):
+        def render(self, path):
+            served.append(path)
+            return super().render(path)
+
+    with Broker.open(tmp_path / "b", BrokerConfig(), clock=ManualClock(T0)) as broker:
+        server = Counting(broker, "127.0.0.1", 0, dashboard=True).start()
+        try:
+            scraper = metrics_cost.Scraper(f"http://{server.address}", 0.02)
+            deadline = time.monotonic() + 60
+            while served.count("/api/dashboard") < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            scrapes = scraper.stop()
+        finally:
+            server.stop()
+    assert scrapes >= 3
+    assert served.count("/metrics") == served.count("/api/dashboard") == scrapes
+
+
 GRAFANA = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 
 
