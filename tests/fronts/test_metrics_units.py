@@ -310,6 +310,17 @@ def test_bench_scraper_child_scrapes_a_real_server_until_stopped(tmp_path):
     assert served.count("/metrics") == served.count("/api/dashboard") == scrapes
 
 
+@pytest.mark.parametrize("path,n,messages", [("send1", 30, 30), ("send100", 3, 300),
+                                              ("deliver", 500, 500)])
+@pytest.mark.parametrize("variant", ["off", "counters"])
+def test_bench_instructions_child_runs_each_path(capsys, variant, path, n, messages):
+    """What callgrind counts (bench.metrics_instructions), run here without valgrind: each
+    path runs and reports the messages it handled inside the counted call."""
+    from bench import metrics_instructions
+    metrics_instructions.child(variant, path, n)
+    assert capsys.readouterr().out.split() == [str(messages)]
+
+
 GRAFANA = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 
 
