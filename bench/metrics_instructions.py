@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import random
 import re
 import shutil
@@ -93,7 +94,8 @@ def count(variant: str, path: str, n: int) -> tuple[int, int]:
                                "--toggle-collect=functools_reduce",
                                f"--callgrind-out-file={out}", sys.executable, "-m",
                                "bench.metrics_instructions", "--child", variant, path, str(n)],
-                              cwd=ROOT, check=True, capture_output=True, text=True)
+                              cwd=ROOT, check=True, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONHASHSEED": "0"})  # same dict probes
         found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.M)
         if found is None:
             raise RuntimeError("callgrind wrote no totals")

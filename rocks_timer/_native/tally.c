@@ -13,9 +13,15 @@
 #define TALLY_BOUNDS 64
 
 static int64_t tally_be64(const unsigned char *p) {
+#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return (int64_t)__builtin_bswap64(v);
+#else
     uint64_t v = 0;
     for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
     return (int64_t)v;
+#endif
 }
 
 PyObject *delivery_tally(PyObject *self, PyObject *args) {
@@ -45,6 +51,7 @@ PyObject *delivery_tally(PyObject *self, PyObject *args) {
     long long seen[TALLY_TOPICS];
     int used = 0;
     long long early = 0, sum = 0;
+    Py_ssize_t bucket = 0;
     if (topics == NULL) goto done;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -56,9 +63,11 @@ PyObject *delivery_tally(PyObject *self, PyObject *args) {
         long long lateness = store_ms - (long long)tally_be64(p);
         sum += lateness;
         early += lateness < 0;
-        Py_ssize_t b = 0;
-        while (b < nb && lateness > bounds[b]) b++;
-        counts[b]++;
+        /* bisect_left from the last key's bucket: a claim is in due order, so lateness only
+         * falls along a batch and the bucket moves a step at most (any order stays right) */
+        while (bucket < nb && lateness > bounds[bucket]) bucket++;
+        while (bucket > 0 && lateness <= bounds[bucket - 1]) bucket--;
+        counts[bucket]++;
         const char *name = (const char *)p + 9;
         int t = 0;
         while (t < used && !(lens[t] == tlen && memcmp(names[t], name, tlen) == 0)) t++;
@@ -116,6 +125,23 @@ typedef struct {
     long long count;
 } DelayTallyObject;
 
+/* An int of 64 bits. Python 3.11's PyLong_AsLongLong converts every int past 2^30 (an epoch
+ * ms is one) through _PyLong_AsByteArray, about 180 instructions; PyLong_AsLongAndOverflow
+ * walks the digits, where a C long has 64 bits (LP64: Linux, macOS). */
+static long long tally_as_int64(PyObject *obj) {
+#if LONG_MAX == LLONG_MAX
+    int overflow = 0;
+    long v = PyLong_AsLongAndOverflow(obj, &overflow);
+    if (overflow) {
+        PyErr_SetString(PyExc_OverflowError, "DelayTally: an int past 64 bits");
+        return -1;
+    }
+    return v;
+#else
+    return PyLong_AsLongLong(obj);
+#endif
+}
+
 static int delay_tally_init(DelayTallyObject *self, PyObject *args, PyObject *kwds) {
     PyObject *bounds_obj;
     if (!PyArg_ParseTuple(args, "O:DelayTally", &bounds_obj)) return -1;
@@ -151,7 +177,7 @@ static PyObject *delay_tally_add(DelayTallyObject *self, PyObject *const *args,
         PyErr_SetString(PyExc_TypeError, "DelayTally.add(dues, now_ms)");
         return NULL;
     }
-    long long now_ms = PyLong_AsLongLong(args[1]);
+    long long now_ms = tally_as_int64(args[1]);
     if (now_ms == -1 && PyErr_Occurred()) return NULL;
     PyObject *seq = PySequence_Fast(args[0], "DelayTally.add: dues must be a sequence");
     if (seq == NULL) return NULL;
@@ -160,7 +186,7 @@ static PyObject *delay_tally_add(DelayTallyObject *self, PyObject *const *args,
     long long one_bucket[TALLY_BOUNDS + 1] = {0};
     __int128 sum = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        long long due = PyLong_AsLongLong(items[i]);
+        long long due = tally_as_int64(items[i]);
         if (due == -1 && PyErr_Occurred()) { Py_DECREF(seq); return NULL; }
         __int128 delay = (__int128)due - now_ms;  /* any two 64-bit ints: no overflow */
         Py_ssize_t b = 0;
