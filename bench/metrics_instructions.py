@@ -17,8 +17,9 @@ callgrind counts only what the calling thread executes inside that call
   counted, so the counters' share of the whole delivery path is smaller than shown here).
 
 The scrape (the server's answer to ``/metrics``) is work per scrape, not per message: its CPU per
-scrape is in ``bench.metrics_cost``'s ``scrape_cost``. Results: bench/results/metrics-instructions
-.json and a markdown summary. Needs ``valgrind`` (Debian's package).
+scrape is in ``bench.metrics_cost``'s ``scrape_cost``. Results:
+bench/results/metrics-instructions.json and a markdown summary. Needs ``valgrind`` (Debian's
+package; ``make valgrind`` installs it).
 """
 from __future__ import annotations
 
