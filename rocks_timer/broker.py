@@ -40,7 +40,7 @@ from rocks_timer.timer.rocksdb.setaside import SetAsideMessage
 from rocks_timer.timer.histogram import bound_counts
 from rocks_timer.timer.store import (Compacting, ScanPage, Scheduled, TimerRecord, TimerStore,
                                      maker, new_timer_record)
-from rocks_timer.timer.tally import DelayTally
+from rocks_timer.timer.tally import new_delay_tally
 
 log = logging.getLogger(__name__)
 _RETENTION_EVERY_MS = 10_000
@@ -178,7 +178,7 @@ class Broker(KeyedOperations):
         # timer records a front parks itself (pop's invisibility records, ``park``) and takes
         # back (acks, ``unpark``): timer messages, but no producer sent them
         self.parked = self.unparked = 0
-        self.delays = DelayTally()  # the delays timer messages are sent with, per batch
+        self.delays = new_delay_tally()  # the delays timer messages are sent with, per batch
         self.health = Health(self.clock, self.config.failure_log_interval_ms,
                              self.config.service_retry_max_backoff_ms)
         try:
