@@ -45,7 +45,10 @@ META_VALUE_CODEC = b"format.value_codec"
 META_COMPACTION_STYLE = b"format.compaction_style"
 META_CURSOR = b"cursor"  # raw timer key: the smallest key not yet completed
 META_RECONCILE_OFFSET = b"reconcile.offset"  # u64: CommitLog offset reconciled up to
-META_PENDING = b"count.pending"  # u64: exact number of keys in ``timer``
+# u64: exact number of keys in ``timer`` while the key index is off or not yet built; with the
+# key index at ``KEY_INDEX_VERSION`` the pending count is the sum of the topic counters and
+# this row is absent (KeyIndex.ensure_built, ``stored_pending``)
+META_PENDING = b"count.pending"
 META_CORRUPT = b"count.corrupt"  # u64: values moved to the quarantine column family
 META_LAYOUT = b"format.layout"  # "inline" or "vlog"; absent on stores made before vlog: inline
 # vlog: "universal" (the index's own universal compaction) or "profile" (the index follows
@@ -149,9 +152,13 @@ MAX_INDEX_KEY_BYTES = MAX_KEY_BYTES
 META_KEY_INDEX = b"format.key_index"  # present once the key index and due counters are built
 # 2: the compact due counters below; a store at 1 (14-byte counter keys, u64 counts) has its
 # counters rebuilt on open (KeyIndex.ensure_built). 3: the per-topic pending counters below
-# too; a store at 1 or 2 has its counters rebuilt from the timer keys alone on open
-KEY_INDEX_VERSION = b"3"
-READABLE_KEY_INDEX_VERSIONS = (b"1", b"2", KEY_INDEX_VERSION)
+# too; a store at 1 or 2 has its counters rebuilt from the timer keys alone on open. 4: the
+# topic counters are the durable pending count (their sum), and ``META_PENDING`` is written
+# only while the key index is off (a store at 3 is upgraded on open: docs/DECISIONS.md,
+# "The pending count lives in the topic counters")
+KEY_INDEX_VERSION = b"4"
+TOPIC_COUNTED_KEY_INDEX_VERSIONS = (b"3", KEY_INDEX_VERSION)  # topic counters kept exact
+READABLE_KEY_INDEX_VERSIONS = (b"1", b"2", b"3", KEY_INDEX_VERSION)
 # per-topic pending counters (column family ``meta``): key = "tpc." + the topic's UTF-8 bytes,
 # value = the count as ``pack_count`` writes it; absent = 0. Changed in the WriteBatch of every
 # change of the timer keys, like the due counters, so a scrape reads them in O(topics)

@@ -186,13 +186,15 @@ def test_zeroed_bytes_in_the_middle_of_the_wal(tmp_path, layout):
     seeded = seed(tmp_path, layout, n=200)
     wal = newest_wal(tmp_path)
     data = bytearray(wal.read_bytes())
-    # the pending counter's row inside the batch of a plain send about a third of the way in
+    # the topic counter's row inside the batch of a plain send about a third of the way in
     # (later message 100: neither cancelled nor rescheduled; its key and value stay readable,
-    # so an inline repair can name it). Not at a fixed fraction of the file: where that falls
-    # moves with the batches' sizes, and on a cancel's batch the repair rightly names the
-    # cancelled message lost (its removal record is in the segment, its index batch gone: it
-    # cannot tell whether the cancel was acknowledged)
-    at = data.find(K.META_PENDING, data.find(bytes.fromhex(seeded["acked"][5 + 100])))
+    # so an inline repair can name it; the row that also holds the pending count, key index
+    # version 4). Not at a fixed fraction of the file: where that falls moves with the
+    # batches' sizes, and on a cancel's batch the repair rightly names the cancelled message
+    # lost (its removal record is in the segment, its index batch gone: it cannot tell
+    # whether the cancel was acknowledged)
+    at = data.find(K.topic_count_key(b"later"),
+                   data.find(bytes.fromhex(seeded["acked"][5 + 100])))
     assert at > 0
     data[at:at + 8] = bytes(8)
     wal.write_bytes(bytes(data))

@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 pack_count, unpack_count = K.pack_count, K.unpack_count
 CACHE_MAX = 1 << 18
 SECOND, HOUR, DAY = 1, 3_600, 86_400  # in seconds
-(_S, _), (_H, _), (_D, _) = K.DUE_COUNTER_WIDTHS
+(_S, _), (_H, _HOUR_MS), (_D, _) = K.DUE_COUNTER_WIDTHS
+MAX_BUCKET, BUCKET_SIZE = K.MAX_DUE_BUCKET, K.DUE_BUCKET_SIZE
+UPPER_MAX = 1 << 12  # hours whose counter keys stage_one keeps
 assert all(width % 1000 == 0 for _, width in K.DUE_COUNTER_WIDTHS)  # stage() sums seconds
 
 
@@ -42,6 +44,7 @@ class DueCounters:
         self._meta = meta
         self._meta_h = meta_h
         self._cache: dict[bytes, int] = {}
+        self._upper: dict[int, tuple[bytes, bytes]] = {}  # hour -> its hour and day counter keys
         self.underflows = 0
 
     def close(self) -> None:
@@ -57,7 +60,9 @@ class DueCounters:
         ends excluded, left without any pending key by this batch: the counters of the buckets
         wholly inside are deleted by one range per level instead of one delete per bucket (a
         delivery of sparse due times would otherwise write a delete per second it passes)."""
-        if len(deltas) == 1:  # a single send, or a batch due in one ms
+        cache = self._cache
+        new: dict[bytes, int] = {}
+        if len(deltas) == 1 and not emptied:  # a single send, or a batch due in one ms
             ((due_ms, delta),) = deltas.items()
             per_key = dict.fromkeys(K.due_counter_keys(due_ms), delta)
         else:
@@ -66,17 +71,26 @@ class DueCounters:
                 if delta:
                     second = due_ms // 1000
                     per_second[second] = per_second.get(second, 0) + delta
-            per_key = {}
+            per_hour: dict[int, int] = {}
+            per_day: dict[int, int] = {}
             for second, delta in per_second.items():
-                for name in K.due_counter_keys(second * 1000):
-                    per_key[name] = per_key.get(name, 0) + delta
-        cache = self._cache
-        cleared = _clear_ranges(emptied, batch, self._meta_h) if emptied else None
-        new: dict[bytes, int] = {}
-        if cleared:
-            for name in [name for name in per_key if _inside(name, cleared)]:
-                del per_key[name]
-                new[name] = 0
+                hour, day = second // HOUR, second // DAY
+                per_hour[hour] = per_hour.get(hour, 0) + delta
+                per_day[day] = per_day.get(day, 0) + delta
+            cleared = _clear_ranges(emptied, batch, self._meta_h) if emptied else {}
+            per_key = {}
+            # the buckets wholly inside an emptied interval were cleared by range: their
+            # counters are 0 now (a delivery of a span of seconds builds no key for the
+            # seconds inside; only the buckets left are named, then read and written)
+            for prefix, buckets in ((_S, per_second), (_H, per_hour), (_D, per_day)):
+                ranges = cleared.get(prefix)
+                for bucket, delta in buckets.items():
+                    bucket = min(bucket, MAX_BUCKET)
+                    name = prefix + bucket.to_bytes(BUCKET_SIZE, "big")
+                    if ranges and _in_ranges(bucket, ranges):
+                        new[name] = 0
+                    else:
+                        per_key[name] = per_key.get(name, 0) + delta
         missing = [name for name in per_key if name not in cache]
         if missing:
             for name, raw in zip(missing, self._meta.get(missing)):
@@ -98,20 +112,30 @@ class DueCounters:
         return new
 
     def stage_one(self, due_ms: int, batch: WriteBatch) -> dict[bytes, int]:
-        """:meth:`stage` of one new key (the single send): its three counters up by one."""
+        """:meth:`stage` of one new key (the single send): its three counters up by one. The
+        hour and day counters' keys are kept per hour (a send builds only its second's)."""
         cache, meta_h = self._cache, self._meta_h
-        put = batch.put
-        new: dict[bytes, int] = {}
-        names = K.due_counter_keys(due_ms)
-        missing = [name for name in names if name not in cache]
-        if missing:
+        hour = due_ms // _HOUR_MS
+        upper = self._upper.get(hour)
+        if upper is None:
+            if len(self._upper) >= UPPER_MAX:
+                self._upper.clear()
+            upper = self._upper[hour] = K.due_counter_keys(due_ms)[1:]
+        s_name = _S + min(due_ms // 1000, MAX_BUCKET).to_bytes(BUCKET_SIZE, "big")
+        h_name, d_name = upper
+        s_old, h_old, d_old = cache.get(s_name), cache.get(h_name), cache.get(d_name)
+        if s_old is None or h_old is None or d_old is None:
+            names = (s_name, h_name, d_name)
+            missing = [name for name in names if name not in cache]
             for name, raw in zip(missing, self._meta.get(missing)):
                 cache[name] = 0 if raw is None else unpack_count(raw)
-        for name in names:
-            value = cache[name] + 1
-            new[name] = value
-            put(name, value.to_bytes((value.bit_length() + 7) // 8, "big"), meta_h)
-        return new
+            s_old, h_old, d_old = cache[s_name], cache[h_name], cache[d_name]
+        s_new, h_new, d_new = s_old + 1, h_old + 1, d_old + 1
+        put = batch.put
+        put(s_name, s_new.to_bytes((s_new.bit_length() + 7) // 8, "big"), meta_h)
+        put(h_name, h_new.to_bytes((h_new.bit_length() + 7) // 8, "big"), meta_h)
+        put(d_name, d_new.to_bytes((d_new.bit_length() + 7) // 8, "big"), meta_h)
+        return {s_name: s_new, h_name: h_new, d_name: d_new}
 
     def commit(self, new: dict[bytes, int]) -> None:
         if len(self._cache) + len(new) > CACHE_MAX:
@@ -210,12 +234,11 @@ def _clear_ranges(emptied: Sequence[tuple[int, int]], batch: WriteBatch,
     return cleared
 
 
-def _inside(name: bytes, cleared: dict[bytes, list[tuple[int, int]]]) -> bool:
-    ranges = cleared.get(name[:_PREFIX_SIZE])
-    if not ranges:
-        return False
-    bucket = K.due_counter_bucket(name)
-    return any(first <= bucket < end for first, end in ranges)
+def _in_ranges(bucket: int, ranges: list[tuple[int, int]]) -> bool:
+    for first, end in ranges:
+        if first <= bucket < end:
+            return True
+    return False
 
 
 def expected_counters(dues: Iterable[int]) -> dict[bytes, int]:

@@ -30,6 +30,7 @@ from rocks_timer.timer.rocksdb import index as I
 from rocks_timer.timer.rocksdb.claim_codec import due_second_counts
 from rocks_timer.timer.rocksdb.database import Database
 from rocks_timer.timer.rocksdb.duecount import DueCounters, expected_counters
+from rocks_timer.timer.rocksdb.meta import pack_u64, unpack_u64
 from rocks_timer.timer.rocksdb import topiccount
 from rocks_timer.timer.rocksdb.topiccount import TopicCounters, expected_topics
 from rocks_timer.timer.rocksdb.scan import check_iterator
@@ -200,13 +201,14 @@ class KeyIndex:
         :meth:`commit_new`."""
         if not self.enabled:
             return None
-        return (self.due.stage_one(due_ms, batch),
-                self.topics.stage_one(raw[K.DUE_SIZE + 1:-K.MSG_ID_SIZE], batch))
+        topic = raw[K.DUE_SIZE + 1:-K.MSG_ID_SIZE]
+        return (self.due.stage_one(due_ms, batch), topic, self.topics.stage_one(topic, batch))
 
     def commit_new(self, staged: tuple | None) -> None:
         if staged is not None:
-            self.due.commit(staged[0])
-            self.topics.commit(staged[1])
+            due, topic, count = staged
+            self.due.commit(due)
+            self.topics.commit_one(topic, count)
 
     def stage_retired(self, entries: Iterable[bytes], batch: WriteBatch) -> None:
         """Delete index entries of set-aside rows put back (left dangling by the set-aside)."""
@@ -314,28 +316,47 @@ class KeyIndex:
         return self.topics.counts()
 
     # -- build on open, check -----------------------------------------------------------------
-    def ensure_built(self) -> None:
+    def ensure_built(self) -> int:
         """On open: a store made before the key index existed gets it (and its counters) built
         by one walk of its keys; one at an older version gets its counters rewritten (due
-        counters in the compact format, topic counters; a walk of the keys alone). The marker
-        in ``meta`` is written last, so a crash during either starts it again from scratch.
-        Opened without the index: the marker goes, so the next ordinary open rebuilds."""
-        meta = self._db.meta
-        if not self.enabled:
-            batch = WriteBatch(raw_mode=True)
-            batch.delete(K.META_KEY_INDEX, self._db.meta_h)
-            self._db.write_synced(batch)
-            return
+        counters in the compact format, topic counters; a walk of the keys alone), except a
+        store at version 3, whose topic counters are exact already: when they sum to its
+        pending row, the row goes and the marker moves to 4 in one batch (else they are
+        rewritten). The marker in ``meta`` is written last, so a crash during any of it starts
+        it again. Opened without the index: the marker goes and the pending row is written,
+        in one batch, so the next ordinary open rebuilds and the pending count stays durable
+        meanwhile. Returns the pending count (the sum of the topic counters, or the row)."""
+        meta, meta_h = self._db.meta, self._db.meta_h
         version = meta.get(K.META_KEY_INDEX)
+        version = None if version is None else bytes(version)
+        if version is not None and version not in K.READABLE_KEY_INDEX_VERSIONS:
+            raise ConfigError(
+                f"timer store {self._where}: format.key_index is "
+                f"{version.decode(errors='replace')!r}, written by a newer build "
+                f"(this one reads {', '.join(v.decode() for v in K.READABLE_KEY_INDEX_VERSIONS)})")
+        if not self.enabled:
+            pending = stored_pending(meta)
+            batch = WriteBatch(raw_mode=True)
+            batch.delete(K.META_KEY_INDEX, meta_h)
+            batch.put(K.META_PENDING, pack_u64(pending), meta_h)
+            self._db.write_synced(batch)
+            return pending
         if version is None:
             self.rebuild()
-            return
-        if bytes(version) != K.KEY_INDEX_VERSION:
-            if bytes(version) not in K.READABLE_KEY_INDEX_VERSIONS:
-                raise ConfigError(
-                    f"timer store {self._where}: format.key_index is "
-                    f"{bytes(version).decode(errors='replace')!r}, written by a newer build "
-                    f"(this one reads {', '.join(v.decode() for v in K.READABLE_KEY_INDEX_VERSIONS)})")
+            return self.topics.total()
+        if version == b"3":
+            row = _pending_row(meta)
+            if row == self.topics.total():
+                batch = WriteBatch(raw_mode=True)
+                batch.delete(K.META_PENDING, meta_h)
+                batch.put(K.META_KEY_INDEX, K.KEY_INDEX_VERSION, meta_h)
+                self._db.write_unsynced(batch)  # lost in a crash: this upgrade runs again
+            else:
+                log.warning("timer store %s: the topic counters sum to %d but the pending row "
+                            "says %s; rewriting the counters from the keys", self._where,
+                            self.topics.total(), row)
+                self.rebuild_counters()
+        elif version != K.KEY_INDEX_VERSION:
             self.rebuild_counters()
         opts = ReadOptions()
         opts.set_iterate_upper_bound(K.META_KEY_INDEX_PREFIX + b"\xff")
@@ -346,6 +367,7 @@ class KeyIndex:
             check_iterator(it, f"timer store {self._where} key index")
         finally:
             del it
+        return self.topics.total()
 
     def _clear_counters(self, batch: WriteBatch) -> None:
         meta_h = self._db.meta_h
@@ -384,6 +406,7 @@ class KeyIndex:
             del it
         batch = WriteBatch(raw_mode=True)
         topics = self._put_counters([K.key_due_ms(raw) for raw in raws], raws, batch)
+        batch.delete(K.META_PENDING, self._db.meta_h)  # the topic counters hold it now
         batch.put(K.META_KEY_INDEX, K.KEY_INDEX_VERSION, self._db.meta_h)
         self._db.write_unsynced(batch)
         self.topics.reset(topics)
@@ -424,6 +447,7 @@ class KeyIndex:
         finally:
             del it
         topics = self._put_counters([K.key_due_ms(raw) for raw in raws], raws, batch)
+        batch.delete(K.META_PENDING, meta_h)  # the topic counters hold it now
         batch.put(K.META_KEY_INDEX, K.KEY_INDEX_VERSION, meta_h)
         self._db.write_unsynced(batch)
         self.topics.reset(topics)
@@ -443,6 +467,22 @@ class KeyIndex:
         meta = self._db.meta
         return check_index(meta, self.due.stored(), topiccount.read_stored(meta),
                            corrupt_count, self._where, expected_entries, raws)
+
+
+def _pending_row(meta: Any) -> int | None:
+    raw = meta.get(K.META_PENDING)
+    return unpack_u64(K.META_PENDING, None if raw is None else bytes(raw))
+
+
+def stored_pending(meta: Any) -> int:
+    """The durable pending count in ``meta`` (an open, a read-only check, a repair's
+    salvage): the sum of the topic counters when the key index is at the current version
+    (the pending row is absent then), else the pending row (0 when there is none: a new
+    store)."""
+    version = meta.get(K.META_KEY_INDEX)
+    if version is not None and bytes(version) == K.KEY_INDEX_VERSION:
+        return sum(topiccount.read_stored(meta).values())
+    return _pending_row(meta) or 0
 
 
 def _start_after(prefix: bytes, topic: str, key: str, after: str | None) -> bytes:

@@ -172,7 +172,7 @@ class StoredState:
     """The durable state read from ``meta`` on open."""
 
     cursor: bytes
-    pending: int
+    pending: int  # the pending row, 0 when absent (the key index's topic counters hold it then)
     corrupt: int
     reconcile_offset: int | None
     layout: str = "inline"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from rocks_timer.timer.rocksdb.scan import check_iterator
 from rocks_timer.timer.values import decode_value
 
 ROCKSDICT_CONFIG = "rocksdict-config.json"
-_STATE = [K.META_CURSOR, K.META_PENDING, K.META_CORRUPT, K.META_RECONCILE_OFFSET, K.META_LAYOUT,
+_STATE = [K.META_CURSOR, K.META_CORRUPT, K.META_RECONCILE_OFFSET, K.META_LAYOUT,
           K.META_INDEX_COMPACTION, K.META_META_COMPACTION]
 
 
@@ -59,8 +60,10 @@ class ReadOnlyRocksStore:
             meta = self._family(META_CF)
             stored = dict(zip(_STATE, (None if v is None else bytes(v)
                                        for v in meta.get(_STATE)))) if meta is not None else {}
+            # the pending count: the topic counters' sum at the current key index version
+            pending = keyindex.stored_pending(meta) if meta is not None else 0
             del meta
-            self.state = StoredState.parse(stored)
+            self.state = replace(StoredState.parse(stored), pending=pending)
         except Exception as exc:
             self.close()
             if isinstance(exc, CorruptRecordError):
@@ -157,7 +160,7 @@ class ReadOnlyRocksStore:
             # writes them): only the due counters are compared there
             version = meta.get(K.META_KEY_INDEX)
             topics = read_stored(meta) if version is not None and \
-                bytes(version) == K.KEY_INDEX_VERSION else None
+                bytes(version) in K.TOPIC_COUNTED_KEY_INDEX_VERSIONS else None
             problems += keyindex.check_index(meta, DueCounters(meta, None).stored(), topics,
                                              self.state.corrupt, self.path, expected, raws)
         finally:

@@ -50,6 +50,7 @@ from rocks_timer.errors import (CorruptRecordError, RocksTimerError, StoreIOErro
 from rocks_timer.fileio import fsync_dir
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import index as I
+from rocks_timer.timer.rocksdb.keyindex import stored_pending
 from rocks_timer.timer.rocksdb.vlog import segments as S
 from rocks_timer.timer.rocksdb.vlog.liveness import ARRIVAL, SEGMENT
 from rocks_timer.timer.rocksdb.opening import META_CF, TIMER_CF, rocks_error
@@ -326,11 +327,15 @@ class StoreRepair:
     def _salvage_meta(db: Rdict, found: Salvage) -> None:
         meta = db.get_column_family(META_CF)
         try:
-            layout, cursor, pending, next_id = meta.get(
-                [K.META_LAYOUT, K.META_CURSOR, K.META_PENDING, K.META_VLOG_NEXT_ID])
+            layout, cursor, pending, next_id, version = meta.get(
+                [K.META_LAYOUT, K.META_CURSOR, K.META_PENDING, K.META_VLOG_NEXT_ID,
+                 K.META_KEY_INDEX])
             found.layout = bytes(layout).decode() if layout is not None else None
             found.cursor = bytes(cursor) if cursor is not None else b""
             found.pending = int.from_bytes(bytes(pending), "big") if pending else None
+            if version is not None and bytes(version) == K.KEY_INDEX_VERSION:
+                # the key index's topic counters hold the pending count (no row of its own)
+                found.pending = stored_pending(meta)
             found.next_id = int.from_bytes(bytes(next_id), "big") if next_id else 1
             found.counters = {name: bytes(value) for name, value in zip(
                 K.META_VLOG_COUNTERS, meta.get(list(K.META_VLOG_COUNTERS))) if value is not None}

@@ -155,8 +155,15 @@ class RocksTimerStore(TimerStore, Compacting):
         db, state = opening.open_database(path, config)
         store = opening.construct(path, db, lambda: cls(path, config, db, state,
                                                         reclaim_after_deletes, key_index))
-        opening.finish(path, store, store.key_index.ensure_built)
+        opening.finish(path, store, store.finish_open)
         return store
+
+    def finish_open(self) -> None:
+        """The last step of :meth:`open` (run once, by it): the key index built (or upgraded),
+        then the pending count from where it is durable (the topic counters, or its own row
+        when the store runs without the key index)."""
+        pending = self.key_index.ensure_built()
+        self._counts.opened(pending, row=not self.key_index.enabled)
 
     def close(self) -> None:
         """Flush and release the DB (idempotent). Handles are dropped first: a live column

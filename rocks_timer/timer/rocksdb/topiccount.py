@@ -112,14 +112,18 @@ class TopicCounters:
                 batch.delete(name, meta_h)
         return new
 
-    def stage_one(self, topic: bytes, batch: WriteBatch) -> dict[bytes, int]:
-        """:meth:`stage` of one new key of ``topic`` (the single send)."""
+    def stage_one(self, topic: bytes, batch: WriteBatch) -> int:
+        """:meth:`stage` of one new key of ``topic`` (the single send); returns the new count
+        for :meth:`commit_one`."""
         value = self._counts.get(topic, 0) + 1
         name = self._names.get(topic)
         if name is None:
             name = self._names[topic] = PREFIX + topic
         batch.put(name, value.to_bytes((value.bit_length() + 7) // 8, "big"), self._meta_h)
-        return {topic: value}
+        return value
+
+    def commit_one(self, topic: bytes, value: int) -> None:
+        self._counts[topic] = value
 
     def commit(self, new: dict[bytes, int]) -> None:
         counts = self._counts
@@ -136,6 +140,10 @@ class TopicCounters:
     def counts(self) -> dict[str, int]:
         """Pending keys by topic name (sorted), from memory: O(topics)."""
         return named(self._counts)
+
+    def total(self) -> int:
+        """Pending keys of every topic: the store's pending count (O(topics))."""
+        return sum(self._counts.values())
 
 
 def stage_clear(batch: WriteBatch, meta_h: Any) -> None:

@@ -154,25 +154,25 @@ class Writer:
         ``vlog_inline_max_bytes`` goes to its value segment first
         (tests/engines/rocksdb/test_schedule_single.py holds the two paths' stores equal byte
         for byte). False, having written nothing, when the key is stored already."""
-        vlog, db = self.vlog, self.db
+        db = self.db
         if db.timer.get(raw) is not None:
             return False  # a retry: the batch path knows what it replaces
         batch = WriteBatch(raw_mode=True)
-        new_live = None
+        vlog = self.vlog
         if vlog is not None and len(value) > vlog.inline_max:
-            blob_len, seg_id, pointer = vlog.append_one(raw, value, due_ms, now_ms, fields)
+            pointer, live = vlog.append_one(raw, value, due_ms, now_ms, fields, batch)
             batch.put(raw, pointer, db.timer_h)
-            new_live = vlog.stage({seg_id: (1, blob_len)}, batch)
         else:
+            live = None
             batch.put(raw, value, db.timer_h)
         keys, counts = self.keys, self.counts
-        new_index = keys.stage_new(raw, due_ms, batch)
-        staged = counts.stage(batch, db.meta_h, 1, None, None)
+        counters = keys.stage_new(raw, due_ms, batch)
+        counts.stage_one(batch, db.meta_h)
         db.write(batch)
-        if new_live is not None:
-            vlog.commit(new_live)
-        keys.commit_new(new_index)
-        counts.apply(staged, 0, None)
+        if live is not None:
+            vlog.commit_one(live)
+        keys.commit_new(counters)
+        counts.apply_one()
         return True
 
 

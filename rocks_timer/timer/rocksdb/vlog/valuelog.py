@@ -50,10 +50,12 @@ log = logging.getLogger(__name__)
 SEG_PREFIX = K.META_VLOG_SEGMENT_PREFIX
 META_NEXT_ID = K.META_VLOG_NEXT_ID
 COUNTERS = K.META_VLOG_COUNTERS
+APPENDED = COUNTERS[0]  # bytes appended to arrival segments (a send's one moving counter)
 U64 = struct.Struct(">Q")
 CURSOR_FILE = "cursor"  # the delivery cursor, for a rebuild (write_cursor)
 COALESCE_GAP = 4096  # one prefetch hint for two records at most this many bytes apart
 _SEGMENT_OFFSET = operator.itemgetter(0, 1)
+frame_one = S.frame_many  # bound once: the single send frames one record
 
 
 class ValueLog:
@@ -201,14 +203,43 @@ class ValueLog:
         return out
 
     def append_one(self, raw: bytes, value: bytes, due_ms: int, now_ms: int,
-                   fields: tuple[int | None, int, str | None]) -> tuple[int, int, bytes]:
-        """A single send's record into the open segment of its delay class; returns (record
-        length, segment id, the pointer the index keeps). The caller stages the liveness."""
-        blob = S.frame_many([raw], [value])[0]
+                   fields: tuple[int | None, int, str | None], batch: Any
+                   ) -> tuple[bytes, tuple]:
+        """A single send's record into the open segment of its delay class, with what
+        :meth:`stage` would put into ``batch`` for it: the segment's liveness row (one more
+        live record) and the counters that moved (the appended bytes; the next segment id when
+        the append opened a segment). The other counters move only in relocations and
+        releases, whose own transactions stage them. Returns the pointer the index keeps and
+        what :meth:`commit_one` takes once the batch is written (the single send,
+        ``Writer.send_one``: a send's share of the generic staging was a loop over every
+        counter)."""
+        blob = frame_one([raw], [value])[0]
+        size = len(blob)
         seg, pos = self.append_arrival(delay_class(due_ms - now_ms), blob, now_ms)
         if due_ms > seg.max_due_ms:
             seg.max_due_ms = due_ms
-        return len(blob), seg.id, I.encode_pointer(seg.id, pos, len(blob), *fields)
+        count, nbytes, end = seg.live_count + 1, seg.live_bytes + size, seg.file.size
+        meta_h = self._meta_h
+        batch.put(K.segment_meta_key(seg.id), SEGMENT.pack(
+            seg.kind, seg.day, seg.created_ms, count, nbytes, end, seg.max_due_ms), meta_h)
+        appended = self.counters[APPENDED]
+        batch.put(APPENDED, U64.pack(appended), meta_h)
+        next_id = self.next_id
+        if self._stored.get(META_NEXT_ID) != next_id:
+            batch.put(META_NEXT_ID, U64.pack(next_id), meta_h)
+        else:
+            next_id = None
+        return (I.encode_pointer(seg.id, pos, size, *fields),
+                (seg, count, nbytes, end, appended, next_id))
+
+    def commit_one(self, staged: tuple) -> None:
+        """After the batch :meth:`append_one` filled is written."""
+        seg, count, nbytes, end, appended, next_id = staged
+        seg.live_count, seg.live_bytes, seg.end = count, nbytes, end
+        stored = self._stored
+        stored[APPENDED] = appended
+        if next_id is not None:
+            stored[META_NEXT_ID] = next_id
 
     def append_arrival(self, cls: int, blob: bytes, now_ms: int) -> tuple[Segment, int]:
         """Append framed records to the open arrival segment of delay class ``cls`` (a new one
@@ -221,7 +252,7 @@ class ValueLog:
             seg.file.sync()
         else:
             self.dirty.add(seg.id)
-        self.counters[COUNTERS[0]] += len(blob)
+        self.counters[APPENDED] += len(blob)
         return seg, pos
 
     def _reopen(self, cls: int, now_ms: int) -> Segment | None:
