@@ -90,6 +90,18 @@ class IndexChanges:
             deltas[due] = deltas.get(due, 0) - n
         self.removed_raws.extend(raws)
 
+    def removed_keyed(self, raws: list[bytes], entries: list[bytes]) -> None:
+        """:meth:`removed` for many keys at once, ``entries`` their key index entries (a
+        delivery batch of a keyed store, ``ClaimedBatch.index_entries``): due counts in one
+        native pass, no call per key (a keyed burst's deliverer spent most of its time
+        completing)."""
+        deltas = self.deltas
+        for second, n in due_second_counts(raws).items():
+            due = second * 1000
+            deltas[due] = deltas.get(due, 0) - n
+        self.removed_raws.extend(raws)
+        self.deletes.extend(entries)
+
     def topic_deltas(self) -> dict[bytes, int]:
         """topic bytes -> keys added minus keys removed, over the whole batch."""
         topics = self.topics
