@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo venv clean peers rocketmq faketime browser prometheus remoting-clients \
+.PHONY: test demo venv clean peers rocketmq faketime browser prometheus valgrind remoting-clients \
 	java-remoting-client rocketmq4-venv js-remoting-client rocketmq-setup rocketmq-compare
 
 # The dev venv: the library and `rtimer` installed editable with every extra the suite and the
@@ -101,6 +101,18 @@ faketime:
 	    >/dev/null || echo "make: installing faketime failed"; \
 	else echo "make: faketime is missing and this is not root with apt-get:" \
 	  "not installing it (sudo apt-get install -y faketime)"; fi
+
+# valgrind (callgrind) counts the instructions the metric counters add to the hot paths
+# (`python -m bench.metrics_instructions`, docs/BENCHMARKS.md "Metrics"); a benchmark's tool, so
+# not a step of `make test`. Installed only when missing and we are root, as above.
+valgrind:
+	@if command -v valgrind >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing valgrind: apt-get install -y valgrind"; \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q valgrind) \
+	    >/dev/null || echo "make: installing valgrind failed"; \
+	else echo "make: valgrind is missing and this is not root with apt-get:" \
+	  "not installing it (sudo apt-get install -y valgrind)"; fi
 
 # Compare with the real RocketMQ (README): set-up once, then the whole comparison in one run
 # (docs/BENCHMARKS.md "The real Apache RocketMQ"); RMQ_ARGS passes options to the run. The burst

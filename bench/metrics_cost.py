@@ -1,23 +1,33 @@
 """What metrics cost the hot paths (issue 28): sends and deliveries with metrics off and on, in
 one run, rounds interleaved so a noisy neighbour hits both sides alike.
 
-- off: the broker with its metric counters replaced by ones that count nothing (the delivery
-  tally, the send delays) and no HTTP server: what the paths cost without any metrics work;
+- off: the broker with its metric counters (the delivery tally, the send delays) replaced by a
+  C builtin that does nothing (``operator.is_``: the cheapest call there is, so "off" is the
+  path with no metrics work at all), and no HTTP server;
 - counters: the broker as shipped, no server (the counters are always kept);
 - on: as shipped, with the metrics server of ``rtimer run --metrics-listen --dashboard`` running
   and a scraper fetching ``/metrics`` and ``/api/dashboard`` every ``scrape_s`` seconds
-  (Prometheus scrapes every 15 s by default; 1 s is harsher).
+  (Prometheus scrapes every 15 s by default; 1 s is harsher). The scraper runs in a process of
+  its own, as Prometheus does: its HTTP client's CPU is not the broker's.
 
 Each round sends ``n / 5`` messages one ``Broker.send`` at a time, ``n`` through
 ``send_batch(100)``, then drains all of them through the broker's own delivery loop (manual
-clock jumped past every due time). Run through ``python -m bench.rocks --metrics-only``.
+clock jumped past every due time). A run is one round of each variant back to back, the order
+reversed every other run; each variant's figure is compared with the off round of the same run
+(paired: a drift of the machine's speed between runs cancels), and the median of those ratios
+over the runs is the figure. Run through ``python -m bench.rocks --metrics-only``; the scraper
+child is ``python -m bench.metrics_cost --scrape URL EVERY``.
 """
 from __future__ import annotations
 
+import operator
 import random
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 from bench.common import median, scratch_dir, settled_gc
 from rocks_timer import Broker, BrokerConfig, ManualClock, Message
@@ -26,36 +36,50 @@ T0 = 1_767_225_600_000
 VARIANTS = ("off", "counters", "on")
 
 
-class _NoDeliveryTally:
-    def add(self, records, store_ms: int) -> None:
-        pass
+class NoDeliveryTally:
+    add = operator.is_  # a C builtin taking two arguments and doing nothing worth counting
 
     def as_dict(self) -> dict:
         return {"lateness_ms": {"bounds": [], "counts": [0], "sum": 0, "count": 0}, "early": 0,
                 "by_topic": {}}
 
 
-class _NoDelayTally:
-    def add(self, dues, now_ms: int) -> None:
-        pass
+class NoDelayTally:
+    add = operator.is_
 
     def as_dict(self) -> dict:
         return {"bounds": [], "counts": [0], "sum": 0, "count": 0}
 
 
-class _Scraper(threading.Thread):
-    def __init__(self, base_url: str, every_s: float):
-        super().__init__(daemon=True)
-        self.base_url, self.every_s = base_url, every_s
-        self.stop = threading.Event()
-        self.scrapes = 0
+def scrape_loop(base_url: str, every_s: float) -> int:
+    """The scraper child: ``/metrics`` and ``/api/dashboard`` every ``every_s`` seconds until
+    its standard input closes; prints how many scrapes it made."""
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    scrapes = 0
+    while not stop.wait(every_s):
+        for path in ("/metrics", "/api/dashboard"):
+            with urllib.request.urlopen(base_url + path, timeout=30) as reply:
+                reply.read()
+        scrapes += 1
+    print(scrapes, flush=True)
+    return 0
 
-    def run(self) -> None:
-        while not self.stop.wait(self.every_s):
-            for path in ("/metrics", "/api/dashboard"):
-                with urllib.request.urlopen(self.base_url + path, timeout=30) as reply:
-                    reply.read()
-            self.scrapes += 1
+
+class Scraper:
+    """``scrape_loop`` in a child process (the broker's process pays for serving only)."""
+
+    def __init__(self, base_url: str, every_s: float):
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "bench.metrics_cost", "--scrape", base_url, str(every_s)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=Path(__file__).resolve().parent.parent)
+
+    def stop(self) -> int:
+        out, _ = self.child.communicate(timeout=60)  # closing stdin stops it
+        if self.child.returncode != 0:
+            raise RuntimeError(f"the scraper failed (exit {self.child.returncode})")
+        return int(out.strip())
 
 
 def _round(variant: str, n: int, scrape_s: float, seed: int) -> tuple[dict, int]:
@@ -68,14 +92,13 @@ def _round(variant: str, n: int, scrape_s: float, seed: int) -> tuple[dict, int]
         broker = Broker.open(d / "b", BrokerConfig(), clock=clock)
         server = scraper = None
         if variant == "off":
-            broker.deliverer.tally = _NoDeliveryTally()
-            broker.delays = _NoDelayTally()
+            broker.deliverer.tally = NoDeliveryTally()
+            broker.delays = NoDelayTally()
         if variant == "on":
             from rocks_timer.metrics import MetricsServer
             server = MetricsServer(broker, "127.0.0.1", 0, dashboard=True,
                                    labels={"cluster": "bench"}).start()
-            scraper = _Scraper(f"http://{server.address}", scrape_s)
-            scraper.start()
+            scraper = Scraper(f"http://{server.address}", scrape_s)
         times: dict[str, tuple[float, float]] = {}  # path -> (wall s, process CPU s)
         with settled_gc():
             wall, cpu = time.perf_counter(), time.process_time()
@@ -94,11 +117,7 @@ def _round(variant: str, n: int, scrape_s: float, seed: int) -> tuple[dict, int]
                 time.sleep(0.002)
             times["deliver"] = (time.perf_counter() - wall, time.process_time() - cpu)
             broker.stop()
-        scrapes = 0
-        if scraper is not None:
-            scraper.stop.set()
-            scraper.join()
-            scrapes = scraper.scrapes
+        scrapes = scraper.stop() if scraper is not None else 0
         if server is not None:
             server.stop()
         if variant != "off":
@@ -109,13 +128,14 @@ def _round(variant: str, n: int, scrape_s: float, seed: int) -> tuple[dict, int]
 
 def bench_metrics(n: int, runs: int, scrape_s: float = 1.0) -> dict:
     """msg/s per path and variant, from wall time and from the process's CPU time (every
-    thread: the scraper's and the server's work included), medians over ``runs`` interleaved
-    rounds, and each variant against off. On a shared machine the CPU figure is the steadier:
-    waiting for a core neighbours hold counts in wall time only."""
-    walls: dict[str, dict[str, list[float]]] = {v: {"send1": [], "send100": [], "deliver": []}
-                                                for v in VARIANTS}
-    cpus: dict[str, dict[str, list[float]]] = {v: {"send1": [], "send100": [], "deliver": []}
-                                               for v in VARIANTS}
+    thread of the broker's process: the metrics server's work included), medians over ``runs``
+    interleaved rounds, and each variant against off: the median over the runs of the ratio
+    within a run (``*_vs_off``, ``*_vs_off_cpu``), and the ratio of the medians for reference
+    (``*_medians_vs_off*``). On a shared machine the CPU figure is the steadier: waiting for a
+    core neighbours hold counts in wall time only."""
+    paths = ("send1", "send100", "deliver")
+    walls: dict[str, dict[str, list[float]]] = {v: {p: [] for p in paths} for v in VARIANTS}
+    cpus: dict[str, dict[str, list[float]]] = {v: {p: [] for p in paths} for v in VARIANTS}
     scrapes = 0
     for run in range(runs):
         order = VARIANTS if run % 2 == 0 else tuple(reversed(VARIANTS))
@@ -135,12 +155,18 @@ def bench_metrics(n: int, runs: int, scrape_s: float = 1.0) -> dict:
                                                              median(cpus[variant][path]))
                              for path in counts})
     for variant in ("counters", "on"):
-        out[f"{variant}_vs_off"] = {
-            path: round(median(walls["off"][path]) / median(walls[variant][path]), 3)
-            for path in counts}
-        out[f"{variant}_vs_off_cpu"] = {
-            path: round(median(cpus["off"][path]) / median(cpus[variant][path]), 3)
-            for path in counts}
+        for suffix, times in (("", walls), ("_cpu", cpus)):
+            out[f"{variant}_vs_off{suffix}"] = {
+                path: round(median([off / mine for off, mine in zip(times["off"][path],
+                                                                     times[variant][path])]), 3)
+                for path in counts}
+            out[f"{variant}_vs_off{suffix}_by_run"] = {
+                path: [round(off / mine, 3) for off, mine in zip(times["off"][path],
+                                                                 times[variant][path])]
+                for path in counts}
+            out[f"{variant}_medians_vs_off{suffix}"] = {
+                path: round(median(times["off"][path]) / median(times[variant][path]), 3)
+                for path in counts}
     return out
 
 
@@ -174,13 +200,15 @@ def scrape_cost(n: int, reps: int = 5) -> dict:
 
 
 def summary(result: dict) -> list[str]:
+    """Markdown rows: on / off and counters / off per path (the paired medians)."""
     lines = []
     for path, label in (("send1", "Broker.send"), ("send100", "Broker.send_batch(100)"),
                         ("deliver", "deliver into CommitLog")):
         key, cpu = f"{path}_msgs_per_s", f"{path}_msgs_per_cpu_s"
         lines.append(f"| metrics on / off: {label}, per CPU second | {result['on'][cpu]:,} / "
                      f"{result['off'][cpu]:,} msg/s ({result['on_vs_off_cpu'][path]:.1%}; "
-                     f"counters only {result['counters_vs_off_cpu'][path]:.1%}) | >= 97% |")
+                     f"counters only {result['counters_vs_off_cpu'][path]:.1%}; median of "
+                     f"{result['runs']} paired runs) | >= 97% |")
         lines.append(f"| metrics on / off: {label}, wall clock | {result['on'][key]:,} / "
                      f"{result['off'][key]:,} msg/s ({result['on_vs_off'][path]:.1%}; counters "
                      f"only {result['counters_vs_off'][path]:.1%}) | reported |")
@@ -191,3 +219,10 @@ def summary(result: dict) -> list[str]:
                      f"({cost['metrics_cpu_ms'] / 150:.2f}% of a core at a 15 s scrape interval)"
                      f" | reported |")
     return lines
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--scrape":
+        sys.exit(scrape_loop(sys.argv[2], float(sys.argv[3])))
+    sys.exit("usage: python -m bench.metrics_cost --scrape BASE_URL EVERY_S "
+             "(the scraper child; the benchmark is python -m bench.rocks --metrics-only)")

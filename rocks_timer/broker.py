@@ -40,7 +40,7 @@ from rocks_timer.timer.rocksdb.setaside import SetAsideMessage
 from rocks_timer.timer.histogram import bound_counts
 from rocks_timer.timer.store import (Compacting, ScanPage, Scheduled, TimerRecord, TimerStore,
                                      maker, new_timer_record)
-from rocks_timer.timer.tally import DelayTally
+from rocks_timer.timer.tally import new_delay_tally
 
 log = logging.getLogger(__name__)
 _RETENTION_EVERY_MS = 10_000
@@ -66,6 +66,18 @@ class SendResult(NamedTuple):
 
 
 _new_send_result = maker(SendResult)
+
+
+def wake_in_ms(now_ms: int, next_due_ms: int | None, interval_ms: int) -> int:
+    """How long the timer loop sleeps after a step that left nothing in flight.
+
+    An engine that knows its next due time is woken then (at most one interval away). One that
+    does not (the file wheel reads whole slots: a slot opens once the clock passes its end) is
+    woken on the precision grid, where the next slot opens; sleeping a whole interval from
+    wherever the step ended made the wheel deliver up to two slots late."""
+    if next_due_ms is None:
+        return interval_ms - now_ms % interval_ms
+    return min(interval_ms, max(0, next_due_ms - now_ms))
 
 
 def _holds_timer_copies(messages: MessageStore) -> bool:
@@ -166,7 +178,7 @@ class Broker(KeyedOperations):
         # timer records a front parks itself (pop's invisibility records, ``park``) and takes
         # back (acks, ``unpark``): timer messages, but no producer sent them
         self.parked = self.unparked = 0
-        self.delays = DelayTally()  # the delays timer messages are sent with, per batch
+        self.delays = new_delay_tally()  # the delays timer messages are sent with, per batch
         self.health = Health(self.clock, self.config.failure_log_interval_ms,
                              self.config.service_retry_max_backoff_ms)
         try:
@@ -496,11 +508,9 @@ class Broker(KeyedOperations):
                     if claimed == 0 or self.deliverer.in_flight >= self.config.timer_max_in_flight:
                         self.deliverer.wait_oldest(interval_ms / 1000)
                     continue  # pipelined: claim the next batch while this one is written
-                sleep_ms = interval_ms
-                next_due = self.timer.next_due_ms()
-                if next_due is not None:
-                    sleep_ms = min(interval_ms, max(0, next_due - self.clock.now_ms()))
-                self._wake_at_ms = self.clock.now_ms() + sleep_ms
+                now = self.clock.now_ms()
+                sleep_ms = wake_in_ms(now, self.timer.next_due_ms(), interval_ms)
+                self._wake_at_ms = now + sleep_ms
             except Exception as exc:  # noqa: BLE001 - a service loop never dies: it backs off
                 sleep_ms = self.health.failed(TIMER_STEP, exc, interval_ms)
                 self._wake_at_ms = 0

@@ -1,6 +1,7 @@
 /* The extension module rocks_timer._native.codec: the hot paths of the CommitLog writer
  * (commitlog.c), of reading messages (fields.c), of scheduling into RocksDB (timer.c) and of
- * reading value segments (vlog.c) and of delivery (delivery.c). */
+ * reading value segments (vlog.c) and of delivery (delivery.c), and the metrics' tallies
+ * (tally.c). */
 #include "native.h"
 
 static PyObject *encode_properties(PyObject *self, PyObject *mapping) {
@@ -63,5 +64,14 @@ PyMODINIT_FUNC PyInit_codec(void) {
     crc_init();
     timer_init();
     if (fields_init() < 0 || routing_init() < 0) return NULL;
-    return PyModule_Create(&module);
+    PyObject *mod = PyModule_Create(&module);
+    if (mod == NULL) return NULL;
+#ifdef __SIZEOF_INT128__
+    if (PyType_Ready(&DelayTallyType) < 0 ||
+        PyModule_AddObjectRef(mod, "DelayTally", (PyObject *)&DelayTallyType) < 0) {
+        Py_DECREF(mod);
+        return NULL;
+    }
+#endif
+    return mod;
 }

@@ -102,5 +102,8 @@ static inline unsigned char *put64(unsigned char *p, uint64_t v) {
 }
 /* tally.c */
 PyObject *delivery_tally(PyObject *self, PyObject *args);
+#ifdef __SIZEOF_INT128__
+extern PyTypeObject DelayTallyType;
+#endif
 
 #endif

@@ -7,9 +7,11 @@ were early (a store time before the due time: must stay 0), and deliveries per t
 in one native pass (``rocks_timer/_native/tally.c``; :func:`tally_keys_py` is its reference);
 other engines' records are tallied from their keys.
 
-``DelayTally`` (owned by the ``Broker``): the delay each timer message was sent with (due time
-minus send time), RocketMQ's ``rocketmq_delay_message_latency``. A batch whose delays fall in one
-bucket (one send, or a batch sent with one delay) costs a ``min`` and a ``max``.
+``DelayTally`` (owned by the ``Broker``, made by :func:`new_delay_tally`): the delay each timer
+message was sent with (due time minus send time), RocketMQ's ``rocketmq_delay_message_latency``,
+added to at every stored send, so its cost is on the send path itself: the native one
+(``rocks_timer/_native/tally.c``, one C call holding the GIL, no lock) where the extension is
+built, else :class:`DelayTallyPy`, its reference (the same ``add`` and ``as_dict``).
 """
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ try:
     from rocks_timer._native.codec import delivery_tally as _native_tally
 except ImportError:  # pragma: no cover - no C compiler at install time
     _native_tally = None
+try:
+    from rocks_timer._native.codec import DelayTally as _NativeDelayTally
+except ImportError:  # pragma: no cover - no C compiler, or no 128-bit integers in it
+    _NativeDelayTally = None
 
 # lateness histogram bounds, ms (a bucket holds lateness <= its bound); fine at the low end,
 # where the RocksDB engine delivers (p99 a few ms), up to a minute for a backlog
@@ -124,37 +130,48 @@ class DeliveryTally:
                     "by_topic": dict(sorted(by_topic.items()))}
 
 
-class DelayTally:
-    """The delays timer messages were sent with (see the module)."""
+def new_delay_tally() -> Any:
+    """The broker's tally of send delays over ``DELAY_BOUNDS_MS``: native where built."""
+    if _NativeDelayTally is not None:
+        return _NativeDelayTally(DELAY_BOUNDS_MS)
+    return DelayTallyPy()
 
-    def __init__(self) -> None:
+
+class DelayTallyPy:
+    """The delays timer messages were sent with (see the module): the reference of the native
+    ``DelayTally``, which must give the same ``as_dict`` after the same ``add`` calls."""
+
+    def __init__(self, bounds: Sequence[int] = DELAY_BOUNDS_MS) -> None:
         self._lock = threading.Lock()
-        self.delays = Histogram(DELAY_BOUNDS_MS)
+        self.delays = Histogram(bounds)
 
     def add(self, dues: Sequence[int], now_ms: int) -> None:
         n = len(dues)
         if n == 1:  # one send: the common case, kept to a bisect and three additions
             delay = dues[0] - now_ms
-            bucket = bisect_left(DELAY_BOUNDS_MS, delay)
+            bucket = bisect_left(self.delays.bounds, delay)
             with self._lock:
                 histogram = self.delays
                 histogram.counts[bucket] += 1
                 histogram.sum += delay
                 histogram.count += 1
             return
+        if n == 0:
+            return
         lo, hi = min(dues), max(dues)
-        first = bisect_left(DELAY_BOUNDS_MS, lo - now_ms)
+        bounds = self.delays.bounds
+        first = bisect_left(bounds, lo - now_ms)
         total = sum(dues) - n * now_ms
-        if first == bisect_left(DELAY_BOUNDS_MS, hi - now_ms):  # a batch sent with one delay
+        if first == bisect_left(bounds, hi - now_ms):  # a batch sent with one delay
             with self._lock:
                 histogram = self.delays
                 histogram.counts[first] += n
                 histogram.sum += total
                 histogram.count += n
             return
-        counts = [0] * (len(DELAY_BOUNDS_MS) + 1)
+        counts = [0] * (len(bounds) + 1)
         for due in dues:
-            counts[bisect_left(DELAY_BOUNDS_MS, due - now_ms)] += 1
+            counts[bisect_left(bounds, due - now_ms)] += 1
         with self._lock:
             self.delays.add_counts(counts, total)
 

@@ -9,6 +9,8 @@ import random
 import re
 import shutil
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,8 +63,15 @@ def test_tally_buckets_sum_and_early(tally):
         tally([b"short"], 1000, bounds)
 
 
-def test_delay_tally_one_bucket_batches_and_mixed_batches():
-    tally = T.DelayTally()
+DELAY_TALLIES = [T.DelayTallyPy] + ([lambda: T._NativeDelayTally(T.DELAY_BOUNDS_MS)]
+                                     if T._NativeDelayTally is not None else [])
+native_delays = pytest.mark.skipif(T._NativeDelayTally is None,
+                                   reason="the native DelayTally is not built")
+
+
+@pytest.mark.parametrize("make", DELAY_TALLIES, ids=["python", "native"][:len(DELAY_TALLIES)])
+def test_delay_tally_one_bucket_batches_and_mixed_batches(make):
+    tally = make()
     tally.add([T0 + 30_000], T0)  # one send, 30 s
     tally.add([T0 + 120_000] * 3, T0)  # a batch with one delay, 2 min
     tally.add([T0 + 1_000, T0 + 7_200_000, T0 + 40 * 86_400_000], T0)  # mixed
@@ -73,6 +82,100 @@ def test_delay_tally_one_bucket_batches_and_mixed_batches():
     assert got["counts"][1] == 3  # <= 10 min
     assert got["counts"][3] == 1  # 2 h: <= 12 h
     assert got["counts"][-1] == 1  # past 30 d
+
+
+@native_delays
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(-10 * 86_400_000, 60 * 86_400_000), max_size=120),
+                max_size=40), st.integers(0, 2 ** 62))
+def test_native_delay_tally_equals_its_reference(batches, now_ms):
+    """Singles, batches with one delay, mixed batches, negative delays (due in the past) and
+    empty batches: the same histogram, sum and count."""
+    native, reference = T._NativeDelayTally(T.DELAY_BOUNDS_MS), T.DelayTallyPy()
+    for delays in batches:
+        dues = [now_ms + d for d in delays]
+        native.add(dues, now_ms)
+        reference.add(dues, now_ms)
+    assert native.as_dict() == reference.as_dict()
+
+
+@native_delays
+def test_native_delay_tally_is_exact_past_64_bits_and_counts_nothing_on_bad_input():
+    tally = T._NativeDelayTally((10,))
+    tally.add([2 ** 62] * 4, -2 ** 62)  # four delays of 2^63: the sum needs 66 bits
+    tally.add([-2 ** 63], 2 ** 63 - 1)  # the most negative delay there is
+    assert tally.as_dict() == {"bounds": [10], "counts": [1, 4], "sum": 2 ** 64 + 1, "count": 5}
+    before = tally.as_dict()
+    with pytest.raises(OverflowError):
+        tally.add([1, 2 ** 64], 0)  # the first due is fine, the second is not: nothing counted
+    with pytest.raises(TypeError):
+        tally.add([1, "2"], 0)
+    assert tally.as_dict() == before
+    with pytest.raises(ValueError):
+        T._NativeDelayTally((5, 5))  # bounds must increase
+
+
+@pytest.mark.parametrize("make", DELAY_TALLIES, ids=["python", "native"][:len(DELAY_TALLIES)])
+def test_delay_tally_under_concurrent_senders_equals_the_truth(make):
+    """Four threads adding at once (the GIL switched every 10 µs, so they interleave inside
+    add): the histogram equals the one counted afterwards from the same batches."""
+    tally, truth = make(), T.DelayTallyPy()
+    rng = random.Random(7)
+    work = [[[T0 + rng.choice([500, 90_000, 7_200_000, 40 * 86_400_000]) for _ in range(
+        rng.choice([1, 1, 1, 3, 100]))] for _ in range(3_000)] for _ in range(4)]
+    start = threading.Barrier(len(work))
+
+    def sender(batches):
+        start.wait()
+        for dues in batches:
+            tally.add(dues, T0)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        threads = [threading.Thread(target=sender, args=(batches,)) for batches in work]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    for batches in work:
+        for dues in batches:
+            truth.add(dues, T0)
+    assert tally.as_dict() == truth.as_dict()
+    assert truth.as_dict()["count"] == sum(len(d) for batches in work for d in batches)
+
+
+@pytest.mark.parametrize("engine", ["rocksdb", "memory"])
+def test_send_delays_in_stats_equal_the_sends_under_concurrent_senders(tmp_path, engine):
+    """Broker.send and send_batch from four threads at once: stats()'s send delays (the
+    rocketmq_delay_message_latency histogram) equal the delays of every SendResult."""
+    clock = ManualClock(T0)
+    with Broker.open(tmp_path / engine, BrokerConfig(timer_engine=engine), clock=clock) as broker:
+        results: list[list] = [[] for _ in range(4)]
+
+        def sender(k):
+            rng = random.Random(k)
+            for i in range(150):
+                delay = rng.choice([800, 90_000, 5 * 3_600_000, 3 * 86_400_000])
+                if i % 10 == 0:
+                    results[k].extend(broker.send_batch(
+                        [Message("bulk", b"b") for _ in range(rng.randint(2, 20))],
+                        delay_ms=delay))
+                else:
+                    results[k].append(broker.send(Message("orders", b"s"), delay_ms=delay))
+
+        threads = [threading.Thread(target=sender, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        truth = T.DelayTallyPy()
+        sent = [r for part in results for r in part]
+        truth.add([r.deliver_at_ms for r in sent], T0)
+        assert broker.stats()["send_delays_ms"] == truth.as_dict()
+        assert truth.as_dict()["count"] == len(sent) == broker.stats()["sent"]["timer"]
 
 
 @pytest.mark.parametrize("engine", ["rocksdb", "wheel", "memory"])
@@ -178,6 +281,44 @@ def test_bench_metrics_cost_smoke():
     assert set(result["on_vs_off_cpu"]) == {"send1", "send100", "deliver"}
     assert result["scrape_cost"]["metrics_cpu_ms"] > 0
     assert len(metrics_cost.summary(result)) == 7
+
+
+def test_bench_scraper_child_scrapes_a_real_server_until_stopped(tmp_path):
+    """The "on" rounds' scraper is a process of its own (as Prometheus is): it fetches both
+    pages from the real metrics server until its stdin closes, and says how many times."""
+    from bench import metrics_cost
+    from rocks_timer.metrics import MetricsServer
+
+    served: list[str] = []
+
+    class Counting(MetricsServer):
+        def render(self, path):
+            served.append(path)
+            return super().render(path)
+
+    with Broker.open(tmp_path / "b", BrokerConfig(), clock=ManualClock(T0)) as broker:
+        server = Counting(broker, "127.0.0.1", 0, dashboard=True).start()
+        try:
+            scraper = metrics_cost.Scraper(f"http://{server.address}", 0.02)
+            deadline = time.monotonic() + 60
+            while served.count("/api/dashboard") < 3 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            scrapes = scraper.stop()
+        finally:
+            server.stop()
+    assert scrapes >= 3
+    assert served.count("/metrics") == served.count("/api/dashboard") == scrapes
+
+
+@pytest.mark.parametrize("path,n,messages", [("send1", 30, 30), ("send100", 3, 300),
+                                              ("deliver", 500, 500)])
+@pytest.mark.parametrize("variant", ["off", "counters"])
+def test_bench_instructions_child_runs_each_path(capsys, variant, path, n, messages):
+    """What callgrind counts (bench.metrics_instructions), run here without valgrind: each
+    path runs and reports the messages it handled inside the counted call."""
+    from bench import metrics_instructions
+    metrics_instructions.child(variant, path, n)
+    assert capsys.readouterr().out.split() == [str(messages)]
 
 
 GRAFANA = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
