@@ -34,6 +34,7 @@ from rocks_timer import Broker, BrokerConfig, ManualClock, Message
 
 T0 = 1_767_225_600_000
 VARIANTS = ("off", "counters", "on")
+CONTROL = "off-again"  # with control=True: off once more, the last round of a run (A/A)
 
 
 class NoDeliveryTally:
@@ -91,7 +92,7 @@ def _round(variant: str, n: int, scrape_s: float, seed: int) -> tuple[dict, int]
         clock = ManualClock(T0)
         broker = Broker.open(d / "b", BrokerConfig(), clock=clock)
         server = scraper = None
-        if variant == "off":
+        if variant in ("off", CONTROL):
             broker.deliverer.tally = NoDeliveryTally()
             broker.delays = NoDelayTally()
         if variant == "on":
@@ -120,25 +121,28 @@ def _round(variant: str, n: int, scrape_s: float, seed: int) -> tuple[dict, int]
         scrapes = scraper.stop() if scraper is not None else 0
         if server is not None:
             server.stop()
-        if variant != "off":
+        if variant not in ("off", CONTROL):
             assert broker.stats()["deliveries"]["early"] == 0
         broker.close()
     return times, scrapes
 
 
-def bench_metrics(n: int, runs: int, scrape_s: float = 1.0) -> dict:
+def bench_metrics(n: int, runs: int, scrape_s: float = 1.0, control: bool = False) -> dict:
     """msg/s per path and variant, from wall time and from the process's CPU time (every
     thread of the broker's process: the metrics server's work included), medians over ``runs``
     interleaved rounds, and each variant against off: the median over the runs of the ratio
     within a run (``*_vs_off``, ``*_vs_off_cpu``), and the ratio of the medians for reference
     (``*_medians_vs_off*``). On a shared machine the CPU figure is the steadier: waiting for a
-    core neighbours hold counts in wall time only."""
+    core neighbours hold counts in wall time only. ``control``: a fourth round per run, off
+    again, compared with off like the others: the spread an A/A comparison shows on this machine
+    (the rounds furthest apart in a run, so the widest)."""
     paths = ("send1", "send100", "deliver")
-    walls: dict[str, dict[str, list[float]]] = {v: {p: [] for p in paths} for v in VARIANTS}
-    cpus: dict[str, dict[str, list[float]]] = {v: {p: [] for p in paths} for v in VARIANTS}
+    variants = VARIANTS + ((CONTROL,) if control else ())
+    walls: dict[str, dict[str, list[float]]] = {v: {p: [] for p in paths} for v in variants}
+    cpus: dict[str, dict[str, list[float]]] = {v: {p: [] for p in paths} for v in variants}
     scrapes = 0
     for run in range(runs):
-        order = VARIANTS if run % 2 == 0 else tuple(reversed(VARIANTS))
+        order = variants if run % 2 == 0 else tuple(reversed(variants))
         for variant in order:
             times, scraped = _round(variant, n, scrape_s, seed=run)
             scrapes += scraped
@@ -148,13 +152,13 @@ def bench_metrics(n: int, runs: int, scrape_s: float = 1.0) -> dict:
     counts = {"send1": n // 5, "send100": n, "deliver": n + n // 5}
     out: dict = {"messages": n, "runs": runs, "scrape_every_s": scrape_s,
                  "scrapes_during_on": scrapes, "scrape_cost": scrape_cost(n + n // 5)}
-    for variant in VARIANTS:
+    for variant in variants:
         out[variant] = {f"{path}_msgs_per_s": round(counts[path] / median(walls[variant][path]))
                         for path in counts}
         out[variant].update({f"{path}_msgs_per_cpu_s": round(counts[path] /
                                                              median(cpus[variant][path]))
                              for path in counts})
-    for variant in ("counters", "on"):
+    for variant in variants[1:]:
         for suffix, times in (("", walls), ("_cpu", cpus)):
             out[f"{variant}_vs_off{suffix}"] = {
                 path: round(median([off / mine for off, mine in zip(times["off"][path],
@@ -212,6 +216,13 @@ def summary(result: dict) -> list[str]:
         lines.append(f"| metrics on / off: {label}, wall clock | {result['on'][key]:,} / "
                      f"{result['off'][key]:,} msg/s ({result['on_vs_off'][path]:.1%}; counters "
                      f"only {result['counters_vs_off'][path]:.1%}) | reported |")
+    if CONTROL in result:
+        control = result[f"{CONTROL}_vs_off_cpu"]
+        lines.append("| control: off / off again (A/A), per CPU second | " + ", ".join(
+            f"{label} {control[path]:.1%} ({min(result[f'{CONTROL}_vs_off_cpu_by_run'][path]):.2f}"
+            f"-{max(result[f'{CONTROL}_vs_off_cpu_by_run'][path]):.2f} by run)"
+            for path, label in (("send1", "send"), ("send100", "send_batch"),
+                                ("deliver", "deliver"))) + " | the noise floor |")
     cost = result.get("scrape_cost")
     if cost:
         lines.append(f"| one /metrics scrape / one dashboard poll, {cost['pending']:,} pending | "

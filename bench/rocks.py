@@ -351,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scrape-every", type=float, default=1.0, metavar="S",
                         help="with --metrics: scrape /metrics and the dashboard JSON every S "
                              "seconds (default 1; Prometheus' default is 15)")
+    parser.add_argument("--control", action="store_true",
+                        help="with --metrics-only: a fourth round per run, off again, to show "
+                             "the spread an A/A comparison gives on this machine")
     parser.add_argument("--burst-child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--burst-layout", default="vlog", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -366,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(run_burst(args.burst, layout)), flush=True)
         return 0
     if args.metrics_only:
-        result = metrics_cost.bench_metrics(args.messages, args.runs, args.scrape_every)
+        result = metrics_cost.bench_metrics(args.messages, args.runs, args.scrape_every,
+                                            control=args.control)
         path = write_result("rocks-metrics", {"args": {k: str(v) for k, v in vars(args).items()},
                                               **result}, args.results_dir)
         print("| figure | measured | target |\n|---|---|---|")

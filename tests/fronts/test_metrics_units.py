@@ -391,11 +391,15 @@ def test_rocksdb_count_by_topic_equals_a_scan_walk_across_pages(tmp_path):
 
 def test_bench_rocks_metrics_only_writes_its_results(tmp_path, capsys):
     from bench import rocks as bench_rocks
-    assert bench_rocks.main(["--metrics-only", "--messages", "300", "--runs", "1",
-                             "--scrape-every", "0.05", "--results-dir", str(tmp_path)]) == 0
+    assert bench_rocks.main(["--metrics-only", "--messages", "300", "--runs", "2",
+                             "--scrape-every", "0.05", "--control",
+                             "--results-dir", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "rocks-metrics.json").read_text())
     assert report["on"]["deliver_msgs_per_s"] > 0 and report["off"]["send1_msgs_per_cpu_s"] > 0
-    assert "metrics on / off: Broker.send" in capsys.readouterr().out
+    for variant in ("counters", "on", "off-again"):  # one paired ratio per run and path
+        assert all(len(ratios) == 2 for ratios in report[f"{variant}_vs_off_cpu_by_run"].values())
+    out = capsys.readouterr().out
+    assert "metrics on / off: Broker.send" in out and "control: off / off again" in out
 
 
 def test_run_refuses_bad_metrics_options_before_opening_anything(tmp_path):
