@@ -195,3 +195,125 @@ fail:
     return NULL;
 }
 
+
+
+/* index_removals(tokens, values, prefix) -> (entries, slow): the key index entries
+ * (rocks_timer/timer/keys.py, index_entry: prefix + topic length and topic + the KEY's length,
+ * 2 bytes big-endian, and bytes + due + msg id) of the distinct KEYS of each stored value, for
+ * a delivered batch of a keyed store. ``tokens[i]`` is the raw timer key of ``values[i]``.
+ * A value is read here only when the reference would read it the same way: a well-formed
+ * header (as values._parse checks it; an lz4 body is fine, it is not read), ASCII properties
+ * in canonical form (split_props: no name twice, so no "last entry wins") and a timer key
+ * whose lengths add up; ``slow`` lists the indexes of the others, for the caller's reference
+ * (values.peek_keys, which also reports a corrupt value). The reference of the whole:
+ * index_removals_py in rocks_timer/timer/rocksdb/claimed.py;
+ * tests/engines/rocksdb/test_claimed_batch.py holds the two equal. */
+PyObject *index_removals(PyObject *self, PyObject *args) {
+    PyObject *tokens_in, *values_in;
+    const char *prefix;
+    Py_ssize_t prefix_len;
+    if (!PyArg_ParseTuple(args, "OOy#", &tokens_in, &values_in, &prefix, &prefix_len))
+        return NULL;
+    PyObject *tokens = PySequence_Fast(tokens_in, "index_removals: tokens must be a sequence");
+    if (tokens == NULL) return NULL;
+    PyObject *values = PySequence_Fast(values_in, "index_removals: values must be a sequence");
+    if (values == NULL) {
+        Py_DECREF(tokens);
+        return NULL;
+    }
+    PyObject *entries = PyList_New(0), *slow = PyList_New(0);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(tokens);
+    if (entries == NULL || slow == NULL) goto fail;
+    if (PySequence_Fast_GET_SIZE(values) != n) {
+        PyErr_SetString(PyExc_ValueError, "index_removals: tokens and values differ in length");
+        goto fail;
+    }
+    entry_t props_at[MAX_ENTRIES];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *raw = PySequence_Fast_GET_ITEM(tokens, i);
+        PyObject *value = PySequence_Fast_GET_ITEM(values, i);
+        const unsigned char *k, *v;
+        Py_ssize_t k_size, len, count;
+        uint32_t props_len, body_len, stored_len;
+        Py_ssize_t topic_len, key_topic;
+        const entry_t *keys = NULL;
+        if (!PyBytes_Check(raw) || !PyBytes_Check(value)) goto to_python;
+        k = (const unsigned char *)PyBytes_AS_STRING(raw);
+        k_size = PyBytes_GET_SIZE(raw);
+        if (k_size < 8 + 1 + 16) goto to_python;
+        key_topic = k[8];
+        if (key_topic == 0 || k_size != 8 + 1 + key_topic + 16) goto to_python;
+        v = (const unsigned char *)PyBytes_AS_STRING(value);
+        len = PyBytes_GET_SIZE(value);
+        if (len < VALUE_HEADER || v[0] != VALUE_VERSION || (v[1] & ~1) || (v[2] & ~3))
+            goto to_python;
+        topic_len = v[23];
+        props_len = get32(v + 24);
+        body_len = get32(v + 28);
+        stored_len = get32(v + 32);
+        if (topic_len == 0 || (v[1] == 0 && body_len != stored_len) ||
+            (uint64_t)len != (uint64_t)VALUE_HEADER + topic_len + props_len + stored_len)
+            goto to_python;
+        count = split_props(v + VALUE_HEADER + topic_len, props_len, props_at, MAX_ENTRIES);
+        if (count < 0) goto to_python;
+        for (Py_ssize_t j = 0; j < count; j++)
+            if (names_equal(&props_at[j], "KEYS")) keys = &props_at[j];
+        if (keys == NULL) continue;
+        /* the KEYS value split on spaces, empty parts dropped, each distinct one once, in order */
+        const unsigned char *word[MAX_ENTRIES];
+        Py_ssize_t word_len[MAX_ENTRIES], words = 0, at = 0;
+        while (at < keys->value_len) {
+            while (at < keys->value_len && keys->value[at] == ' ') at++;
+            Py_ssize_t start = at;
+            while (at < keys->value_len && keys->value[at] != ' ') at++;
+            Py_ssize_t wl = at - start;
+            if (wl == 0) break;
+            if (wl > 0xFFFF) goto to_python;
+            int seen = 0;
+            for (Py_ssize_t w = 0; w < words && !seen; w++)
+                seen = word_len[w] == wl && memcmp(word[w], keys->value + start, wl) == 0;
+            if (seen) continue;
+            if (words == MAX_ENTRIES) goto to_python;
+            word[words] = keys->value + start;
+            word_len[words++] = wl;
+        }
+        for (Py_ssize_t w = 0; w < words; w++) {
+            Py_ssize_t size = prefix_len + 1 + key_topic + 2 + word_len[w] + 8 + 16;
+            PyObject *entry = PyBytes_FromStringAndSize(NULL, size);
+            if (entry == NULL) goto fail;
+            unsigned char *p = (unsigned char *)PyBytes_AS_STRING(entry);
+            memcpy(p, prefix, prefix_len);
+            p += prefix_len;
+            memcpy(p, k + 8, 1 + key_topic);
+            p += 1 + key_topic;
+            *p++ = (unsigned char)(word_len[w] >> 8);
+            *p++ = (unsigned char)(word_len[w] & 0xFF);
+            memcpy(p, word[w], word_len[w]);
+            p += word_len[w];
+            memcpy(p, k, 8);
+            memcpy(p + 8, k + 9 + key_topic, 16);
+            int failed = PyList_Append(entries, entry);
+            Py_DECREF(entry);
+            if (failed) goto fail;
+        }
+        continue;
+    to_python:;
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL) goto fail;
+        int failed = PyList_Append(slow, index);
+        Py_DECREF(index);
+        if (failed) goto fail;
+    }
+    Py_DECREF(tokens);
+    Py_DECREF(values);
+    PyObject *out = PyTuple_Pack(2, entries, slow);
+    Py_DECREF(entries);
+    Py_DECREF(slow);
+    return out;
+fail:
+    Py_DECREF(tokens);
+    Py_DECREF(values);
+    Py_XDECREF(entries);
+    Py_XDECREF(slow);
+    return NULL;
+}

@@ -44,6 +44,8 @@ static PyMethodDef methods[] = {
      "How many timer keys (bytes; due ms in the first 8, big-endian) fall due in each second."},
     {"topic_counts", topic_counts, METH_O,
      "How many timer keys (bytes; the topic at raw[9:-16]) belong to each topic."},
+    {"index_removals", index_removals, METH_VARARGS,
+     "A delivered keyed batch's key index entries, read from the stored values (and the rest)."},
     {"delivery_copies", delivery_copies, METH_VARARGS,
      "Timer values to prepared CommitLog records (TIMER_OUT_MS, TIMER_DEQUEUE_MS added), or None."},
     {"read_records", read_records, METH_VARARGS,

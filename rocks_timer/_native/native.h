@@ -60,6 +60,7 @@ const char *vlog_check(const unsigned char *data, Py_ssize_t size, Py_ssize_t at
                        Py_ssize_t *value_at, Py_ssize_t *value_len);
 /* delivery.c */
 PyObject *delivery_copies(PyObject *self, PyObject *args);
+PyObject *index_removals(PyObject *self, PyObject *args);
 /* The prepared record of one timer value, or None (new reference) to leave it to Python. */
 PyObject *delivery_copy_one(PyObject *value, long long due_ms, long long now_ms);
 /* The same without Python objects (callable without the GIL): the prepared record's length,

@@ -194,6 +194,23 @@ def index_entry(raw_key: bytes, key: str) -> bytes:
             + key_bytes + raw_key[:DUE_SIZE] + raw_key[topic_end:])
 
 
+def index_entries(raw_keys: list[bytes], keys: list[tuple[str, ...]]) -> list[bytes]:
+    """:func:`index_entry` of every (``raw_keys[i]``, one of ``keys[i]``), in that order (a
+    delivery batch's removals: most keys carry one KEY, many none)."""
+    out: list[bytes] = []
+    add, pack, prefix = out.append, KEY_LEN.pack, META_KEY_INDEX_PREFIX
+    for raw_key, names in zip(raw_keys, keys):
+        if not names:
+            continue
+        topic_end = DUE_SIZE + 1 + raw_key[DUE_SIZE]
+        head = prefix + raw_key[DUE_SIZE:topic_end]
+        tail = raw_key[:DUE_SIZE] + raw_key[topic_end:]
+        for key in names:
+            key_bytes = key.encode("utf-8")
+            add(head + pack(len(key_bytes)) + key_bytes + tail)
+    return out
+
+
 def timer_key_of_entry(entry: bytes) -> bytes:
     """The raw timer key an index entry names (inverse of :func:`index_entry`);
     CorruptRecordError on an entry whose lengths do not add up."""

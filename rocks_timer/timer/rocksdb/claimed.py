@@ -22,6 +22,7 @@ from typing import Iterator
 from rocks_timer.message import Message
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.handles import encode_handle
+from rocks_timer.timer.rocksdb.claim_codec import ReadBodies
 from rocks_timer.timer.store import DueRecord, TimerKey
 from rocks_timer.timer.values import decode_value, peek_keys
 
@@ -157,3 +158,41 @@ class ClaimedBatch(Sequence):
     def message_keys(self, i: int) -> tuple[str, ...]:
         """Distinct KEYS of item ``i`` without building a ``ClaimedRecord``."""
         return distinct_keys(self.messages[i], self.tokens[i], self.bodies[i])
+
+    def index_entries(self, indexes: list[int] | None = None) -> list[bytes]:
+        """The key index entries of the records (all, or those at ``indexes``): a keyed
+        store's completion deletes them. The KEYS of a record the claim decoded come from its
+        message; the others are read from the stored values by one native call
+        (:func:`index_removals`), which leaves to :func:`distinct_keys` only the values it does
+        not read the way the reference does (and those that are corrupt: the reference
+        raises)."""
+        tokens, messages, bodies = self.tokens, self.messages, self.bodies
+        at = range(len(tokens)) if indexes is None else indexes
+        decoded = [i for i in at if messages[i] is not None]
+        if decoded:
+            at = [i for i in at if messages[i] is None]
+        raws = tokens if at is not indexes and len(at) == len(tokens) else \
+            [tokens[i] for i in at]
+        values = bodies.take(at) if isinstance(bodies, ReadBodies) else [bodies[i] for i in at]
+        entries, slow = index_removals(raws, values, K.META_KEY_INDEX_PREFIX)
+        for j in slow:
+            entries += K.index_entries([raws[j]], [distinct_keys(None, raws[j], values[j])])
+        for i in decoded:
+            entries += K.index_entries([tokens[i]], [distinct_keys(messages[i], tokens[i], None)])
+        return entries
+
+
+def index_removals_py(raws: list[bytes], values: list[bytes], prefix: bytes
+                      ) -> tuple[list[bytes], list[int]]:
+    """The reference of the native ``index_removals``: the key index entries (``prefix`` is
+    ``keys.META_KEY_INDEX_PREFIX``) of the distinct KEYS of every stored value, read by
+    ``values.peek_keys`` (CorruptRecordError for a corrupt one), and no index left over."""
+    assert prefix == K.META_KEY_INDEX_PREFIX
+    return K.index_entries(raws, [distinct_keys(None, raw, value)
+                                  for raw, value in zip(raws, values)]), []
+
+
+try:
+    from rocks_timer._native.codec import index_removals
+except ImportError:  # pragma: no cover - no C compiler at install time, or an older build
+    index_removals = index_removals_py

@@ -29,9 +29,12 @@ def complete(claims: Claims, keys: KeyIndex, writer: Writer, records: Sequence[D
         if not claims.holds_all(raws):
             raws = {raw: None for raw in raws if raw in claims}
         if keyed:
-            at = {raw: i for i, raw in enumerate(records.tokens)}
-            for raw in raws:
-                changes.removed(raw, records.message_keys(at[raw]))
+            if len(raws) == len(records.tokens):  # the whole claim, in its order
+                changes.removed_keyed(records.tokens, records.index_entries())
+            else:
+                at = {raw: i for i, raw in enumerate(records.tokens)}
+                changes.removed_keyed(list(raws), records.index_entries([at[raw]
+                                                                          for raw in raws]))
     else:
         found = {}
         for record in records:

@@ -61,6 +61,23 @@ def test_complete_skips_what_is_not_in_flight(open_store):
     assert store.pending_count() == 0 and store.reconcile_from() == 6
 
 
+def test_a_keyed_batch_completed_in_part_drops_exactly_its_index_entries(open_store):
+    """A keyed claim whose first records were completed already (a slice) is completed key by
+    key: each remaining record's entries go, with its counters, and nothing else."""
+    store = open_store()
+    store.schedule([rec(i, T0 + 10 + i, keys=f"k{i % 3} shared", body=bytes(700))
+                    for i in range(9)], T0)
+    store.schedule([rec(50, T0 + 10_000, keys="k0")], T0)  # stays pending
+    batch = store.claim_due(T0 + 100, 100, BIG)
+    assert len(batch) == 9
+    store.complete(batch[:4], None)
+    assert len(store.find("orders", "shared")) == 5
+    store.complete(batch, None)  # the first four again: skipped
+    assert len(store.find("orders", "shared")) == 0
+    assert [e.msg_id for e in store.find("orders", "k0")] == [f"{50:032X}"]
+    assert store.pending_count() == 1 and store.check()["problems"] == []
+
+
 def test_a_copy_carries_the_due_time(open_store):
     store = open_store()
     [scheduled] = store.schedule([rec(7, T0 + 50)], T0)
@@ -138,3 +155,72 @@ def test_bodies_read_from_segments_are_sliced_only_when_asked(tmp_path):
             for t in joined.tokens]
         store.complete(joined, None)
         assert store.pending_count() == 0
+
+
+def test_the_native_index_removals_equal_their_reference():
+    """A keyed completion's key index entries (``index_removals``): the native call gives the
+    reference's entries for every value it reads, and names the others (non-ASCII KEYS,
+    properties with a name twice, corrupt values) for the reference, which reads or refuses
+    them. Both return the entries in record order; the left-over ones come after."""
+    import pytest
+
+    from rocks_timer.errors import CorruptRecordError
+    from rocks_timer.message import Message
+    from rocks_timer.timer.rocksdb import claimed
+    from rocks_timer.timer.store import TimerKey
+    from rocks_timer.timer.values import HEADER, encode_value
+    native = pytest.importorskip("rocks_timer._native.codec").index_removals
+    rng = random.Random(7)
+    words = ["a", "order-1", "k" * 300, "x y", "  ", "ü-key", "order-1 order-1", "a  b",
+             " lead", "trail "]
+    raws, values, good = [], [], []
+    for i in range(400):
+        topic = rng.choice(["t", "orders", "z" * 127, "é"])
+        keys = tuple(rng.choice(words) for _ in range(rng.randrange(0, 4)))
+        body = rng.choice([b"p", bytes(1000), rng.randbytes(600)])  # lz4 for the zeros
+        message = Message(topic=topic, body=body, msg_id=f"{i:032X}", keys=" ".join(keys),
+                          tags=rng.choice([None, "TagA"]))
+        raws.append(K.encode_key(TimerKey(T0 + rng.randrange(10**9), topic, f"{i:032X}")))
+        values.append(encode_value(message, 256))
+        good.append(True)
+    # a name twice (the last KEYS wins in the reference): handmade properties
+    value = bytearray(values[0])
+    props = b"KEYS\x01first\x02UNIQ_KEY\x01" + b"A" * 32 + b"\x02KEYS\x01second\x02"
+    topic_len = value[23]
+    old_props = HEADER.unpack_from(value)[8]
+    value[24:28] = len(props).to_bytes(4, "big")
+    value[36 + topic_len:36 + topic_len + old_props] = props
+    values.append(bytes(value))
+    raws.append(raws[0])
+    good.append(True)
+    for damage in (lambda v: v[:20], lambda v: b"\x09" + v[1:], lambda v: v[:-1],
+                   lambda v: v[:1] + b"\x04" + v[2:]):
+        values.append(damage(values[1]))
+        raws.append(raws[1])
+        good.append(False)
+    entries, slow = native(raws, values, K.META_KEY_INDEX_PREFIX)
+    for i in range(len(values)):
+        if not good[i]:
+            assert i in slow
+            with pytest.raises(CorruptRecordError):
+                claimed.index_removals_py([raws[i]], [values[i]], K.META_KEY_INDEX_PREFIX)
+    read = [i for i in range(len(values)) if i not in slow]
+    assert len(read) > 300  # most values are read natively
+    assert entries == claimed.index_removals_py([raws[i] for i in read],
+                                                [values[i] for i in read],
+                                                K.META_KEY_INDEX_PREFIX)[0]
+    left = [i for i in slow if good[i]]
+    assert left  # the non-ASCII KEYS and the doubled name went to the reference
+    assert claimed.index_removals_py([raws[i] for i in left], [values[i] for i in left],
+                                     K.META_KEY_INDEX_PREFIX)[0]  # which reads them
+    # and ClaimedBatch.index_entries joins the two: the reference's entries, as a multiset
+    batch = ClaimedBatch([raws[i] for i in range(len(values)) if good[i]],
+                         [values[i] for i in range(len(values)) if good[i]],
+                         [0] * sum(good), [None] * sum(good), [None] * sum(good))
+    expected = claimed.index_removals_py(batch.tokens, list(batch.bodies),
+                                         K.META_KEY_INDEX_PREFIX)[0]
+    assert sorted(batch.index_entries()) == sorted(expected)
+    assert sorted(batch.index_entries([3, 1, 2])) == sorted(
+        claimed.index_removals_py([batch.tokens[i] for i in (3, 1, 2)],
+                                  [batch.bodies[i] for i in (3, 1, 2)],
+                                  K.META_KEY_INDEX_PREFIX)[0])

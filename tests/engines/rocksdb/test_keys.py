@@ -83,3 +83,11 @@ def test_decode_rejects_bad_keys(raw):
 def test_encode_rejects_bad_parts(key):
     with pytest.raises(InvalidMessageError):
         K.encode_key(key)
+
+
+def test_index_entries_are_index_entry_of_every_key_in_order():
+    raws = [K.encode_key(TimerKey(1_700_000_000_000 + i, topic, f"{i:032X}"))
+            for i, topic in enumerate(["a", "orders", "é" * 20, "a"])]
+    names = [("k1", "k2"), (), ("ü",), ("k1",)]
+    assert K.index_entries(raws, names) == [
+        K.index_entry(raw, name) for raw, group in zip(raws, names) for name in group]

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from rocksdict import WriteBatch
 
 from tests.support.rocks_support import (BIG, T0, layout, open_store,  # noqa: F401 - fixtures
                                         rec)
-from rocks_timer import BrokerConfig
+from rocks_timer import ConfigError
 from rocks_timer.timer import keys as K
 from rocks_timer.timer.rocksdb import RocksTimerStore
 from rocks_timer.timer.rocksdb.meta import pack_u64
@@ -116,6 +117,9 @@ def test_without_the_key_index_the_row_holds_the_count_and_the_next_open_takes_i
     store.close()
     store = open_store(key_index=False)  # still off: the row is the count
     assert store.pending_count() == 5
+    for rebuild in (store.key_index.rebuild, store.key_index.rebuild_counters):
+        with pytest.raises(ConfigError, match="opened without the key index"):
+            rebuild()  # its marker would say the topic counters hold the count
     store.close()
     store = open_store()
     assert row(store) is None
