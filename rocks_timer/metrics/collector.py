@@ -13,7 +13,6 @@ it exports deltas).
 """
 from __future__ import annotations
 
-import os
 import socket
 from typing import Any, Callable, Iterable, Iterator
 
@@ -22,6 +21,7 @@ from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
 
 from rocks_timer.errors import RocksTimerError
 from rocks_timer.message import WHEEL_TIMER_TOPIC
+from rocks_timer.metrics.disk import MAX_AGE_S, DiskUsage
 
 # RocketMQ's TimerMetrics distribution (5 s .. 24 h), and beyond its 24 h cap: 7 d, 30 d; the
 # series timer_bound_s="+Inf" counts the rest, so the series add up to the pending count
@@ -40,30 +40,6 @@ def default_labels(extra: dict[str, str] | None = None) -> dict[str, str]:
     labels = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": socket.gethostname()}
     labels.update(extra or {})
     return labels
-
-
-def _used_bytes(path: os.PathLike | str) -> int:
-    """RocketMQ's rocketmq_storage_size: the space in use on the store's file system."""
-    st = os.statvfs(path)
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
-
-
-def _data_dir_bytes(path: os.PathLike | str) -> int:
-    total, stack = 0, [os.fspath(path)]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue  # a directory removed meanwhile (a released segment, a compaction)
-        for entry in entries:
-            try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                elif entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_blocks * 512
-            except OSError:
-                continue
-    return total
 
 
 def store_problems(stats: dict[str, Any]) -> dict[str, int]:
@@ -108,8 +84,10 @@ class BrokerCollector:
 
     def __init__(self, broker, labels: dict[str, str],
                  fronts: dict[str, Callable[[], tuple[dict[str, int], dict[str, int]]]]
-                 | None = None, popped: Callable[[], int] | None = None):
+                 | None = None, popped: Callable[[], int] | None = None,
+                 disk: DiskUsage | None = None):
         self.broker = broker
+        self.disk = disk if disk is not None else DiskUsage(broker.path)
         self.labels = dict(labels)
         self.fronts = dict(fronts or {})  # name -> request_counts()
         self.popped = popped  # messages received through the gRPC front (pop), if it runs
@@ -125,9 +103,10 @@ class BrokerCollector:
         snapshot = _or_none(lambda: broker.due_snapshot(SNAPSHOT_BOUNDS_S)) or {}
         by_topic, complete = _or_none(lambda: broker.pending_by_topic(TOPIC_WALK_MAX)) or ({},
                                                                                            False)
-        yield from self._rocketmq_store(stats, snapshot, by_topic, complete)
+        disk = self.disk.figures()
+        yield from self._rocketmq_store(stats, snapshot, by_topic, complete, disk)
         yield from self._rocketmq_broker(stats)
-        yield from self._rtimer(stats)
+        yield from self._rtimer(stats, disk)
 
     # -- helpers ----------------------------------------------------------------------------
     def _family(self, kind, name: str, doc: str, extra: tuple[str, ...] = (),
@@ -139,12 +118,13 @@ class BrokerCollector:
         return family, base
 
     # -- RocketMQ's store metrics (DefaultStoreMetricsConstant) ---------------------------
-    def _rocketmq_store(self, stats, snapshot, by_topic, complete) -> Iterator[Metric]:
+    def _rocketmq_store(self, stats, snapshot, by_topic, complete, disk) -> Iterator[Metric]:
         broker, timer, log = self.broker, stats["timer"], stats["commitlog"]
         fam, base = self._family(GaugeMetricFamily, "rocketmq_storage_size",
                                  "Space in use on the file system of the data dir, bytes "
-                                 "(RocketMQ's meaning)", store=True)
-        fam.add_metric(base, _used_bytes(broker.path))
+                                 f"(RocketMQ's meaning; read at most every {MAX_AGE_S:g} s: "
+                                 "rtimer_disk_figures_age_seconds)", store=True)
+        fam.add_metric(base, disk.used_bytes)
         yield fam
         fam, base = self._family(GaugeMetricFamily, "rocketmq_storage_flush_behind_bytes",
                                  "CommitLog bytes written and not yet synced to disk", store=True)
@@ -245,7 +225,7 @@ class BrokerCollector:
         yield fam
 
     # -- rtimer's own -----------------------------------------------------------------------
-    def _rtimer(self, stats) -> Iterator[Metric]:
+    def _rtimer(self, stats, disk) -> Iterator[Metric]:
         timer, engine = stats["timer"], stats["engine"]
         fam, base = self._family(GaugeMetricFamily, "rtimer_pending_messages",
                                  "Pending timer messages", extra=("engine",))
@@ -323,8 +303,15 @@ class BrokerCollector:
         fam.add_metric(base, 0 if any(problems.values()) else 1)
         yield fam
         fam, base = self._family(GaugeMetricFamily, "rtimer_data_dir_bytes",
-                                 "Bytes the data dir's files take on disk")
-        fam.add_metric(base, _data_dir_bytes(self.broker.path))
+                                 "Bytes the data dir's files take on disk (a walk of the dir "
+                                 f"at most every {MAX_AGE_S:g} s: rtimer_disk_figures_age_seconds)")
+        fam.add_metric(base, disk.dir_bytes)
+        yield fam
+        fam, base = self._family(GaugeMetricFamily, "rtimer_disk_figures_age_seconds",
+                                 "How old rtimer_data_dir_bytes and rocketmq_storage_size are "
+                                 "(they are read again when this reaches "
+                                 f"{MAX_AGE_S:g})")
+        fam.add_metric(base, disk.age_s)
         yield fam
         opened = stats["open"]
         fam, base = self._family(GaugeMetricFamily, "rtimer_open_seconds",
