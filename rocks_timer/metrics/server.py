@@ -27,6 +27,7 @@ from rocks_timer.metrics.collector import COMPONENTS, BrokerCollector, store_pro
 log = logging.getLogger(__name__)
 MAX_CONNECTIONS = 16
 REQUEST_TIMEOUT_S = 10.0
+WRITE_BUFFER = 256 * 1024  # holds a /metrics answer of a broker with a few hundred topics
 STATIC = {"/": ("dashboard.html", "text/html; charset=utf-8"),
           "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
           "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8")}
@@ -66,6 +67,11 @@ class _Handler(BaseHTTPRequestHandler):
     server: "MetricsServer"
     protocol_version = "HTTP/1.1"
     timeout = REQUEST_TIMEOUT_S  # a client that sends nothing is dropped
+    # headers and body leave in one send (flushed at the end of each request): unbuffered, they
+    # were two, and each send on a socket with a timeout is two calls that release the GIL,
+    # which the broker's sending threads feel (docs/DECISIONS.md, "Disk figures at most every
+    # 30 s"); a larger answer is still sent whole, in more than one
+    wbufsize = WRITE_BUFFER
 
     def log_message(self, fmt: str, *args: Any) -> None:  # access logs would flood the log
         log.debug("metrics http: " + fmt, *args)
