@@ -7,6 +7,17 @@ STAMP  := $(VENV)/.installed
 .PHONY: test demo venv clean peers rocketmq faketime browser prometheus valgrind remoting-clients \
 	java-remoting-client rocketmq4-venv js-remoting-client rocketmq-setup rocketmq-compare
 
+# $(call debian,<what>,<check>,<apt-get install arguments>): Debian packages a target needs, installed
+# only when <check> fails and we are root with apt-get; otherwise say what is missing and how to
+# install it, and go on (what needs it then skips with the reason, and fails under CI=true).
+debian = @if $(2); then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing $(1): apt-get install -y $(3)"; \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(3)) \
+	    >/dev/null || echo "make: installing $(1) failed"; \
+	else echo "make: $(1) missing; not installing as this is not root with apt-get" \
+	  "(sudo apt-get install -y $(3))"; fi
+
 # The dev venv: the library and `rtimer` installed editable with every extra the suite and the
 # tools need (`spark`: pyspark and the dataframe/plotting stack), and the checkout itself on the
 # path (rocks_timer_checkout.pth), so its tools run as `python -m bench.x`, `python -m spark.x`,
@@ -26,13 +37,7 @@ venv: $(STAMP)
 # Installed only when missing and we are root; otherwise say so and go on (the benchmark then
 # names the missing peer and measures the others; its smoke test fails only under CI=true).
 peers:
-	@if command -v beanstalkd >/dev/null && command -v redis-server >/dev/null; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing the benchmark peers: apt-get install -y beanstalkd redis-server"; \
-	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-	    beanstalkd redis-server) >/dev/null || echo "make: installing beanstalkd/redis-server failed"; \
-	else echo "make: beanstalkd or redis-server is missing and this is not root with apt-get:" \
-	  "not installing them (sudo apt-get install -y beanstalkd redis-server)"; fi
+	$(call debian,the benchmark peers (beanstalkd and redis-server),command -v beanstalkd >/dev/null && command -v redis-server >/dev/null,beanstalkd redis-server)
 
 # The unmodified RocketMQ 4.x clients the remoting front's tests drive (tests/fronts/):
 # the Java client 4.9.8 (Maven Central, into the Maven cache, compiled once), PyPI `rocketmq`
@@ -94,25 +99,13 @@ rocketmq:
 # libfaketime (Debian faketime) runs the broker JVM on a sped-up clock for multi-day delays
 # (bench/rocketmq/compare.py --validate). Installed only when missing and we are root.
 faketime:
-	@if [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing libfaketime: apt-get install -y faketime"; \
-	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q faketime) \
-	    >/dev/null || echo "make: installing faketime failed"; \
-	else echo "make: faketime is missing and this is not root with apt-get:" \
-	  "not installing it (sudo apt-get install -y faketime)"; fi
+	$(call debian,libfaketime,[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ],faketime)
 
 # valgrind (callgrind) counts the instructions the metric counters add to the hot paths
 # (`python -m bench.metrics_instructions`, docs/BENCHMARKS.md "Metrics"); a benchmark's tool, so
 # not a step of `make test`. Installed only when missing and we are root, as above.
 valgrind:
-	@if command -v valgrind >/dev/null; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing valgrind: apt-get install -y valgrind"; \
-	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q valgrind) \
-	    >/dev/null || echo "make: installing valgrind failed"; \
-	else echo "make: valgrind is missing and this is not root with apt-get:" \
-	  "not installing it (sudo apt-get install -y valgrind)"; fi
+	$(call debian,valgrind,command -v valgrind >/dev/null,valgrind)
 
 # Compare with the real RocketMQ (README): set-up once, then the whole comparison in one run
 # (docs/BENCHMARKS.md "The real Apache RocketMQ"); RMQ_ARGS passes options to the run. The burst
@@ -128,22 +121,10 @@ rocketmq-compare: rocketmq-setup
 # Installed only when missing and we are root; otherwise say so and go on (those tests then skip
 # with the reason, and fail under CI=true).
 browser:
-	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing the dashboard test's browser: apt-get install -y chromium chromium-driver"; \
-	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-	    chromium chromium-driver) >/dev/null || echo "make: installing chromium failed"; \
-	else echo "make: chromium or chromedriver is missing and this is not root with apt-get:" \
-	  "not installing them (sudo apt-get install -y chromium chromium-driver)"; fi
+	$(call debian,the dashboard test's browser (chromium and chromedriver),command -v chromium >/dev/null && command -v chromedriver >/dev/null,chromium chromium-driver)
 
 prometheus:
-	@if command -v promtool >/dev/null; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  echo "installing promtool: apt-get install -y prometheus"; \
-	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-	    --no-install-recommends prometheus) >/dev/null || echo "make: installing prometheus failed"; \
-	else echo "make: promtool is missing and this is not root with apt-get:" \
-	  "not installing it (sudo apt-get install -y prometheus)"; fi
+	$(call debian,promtool,command -v promtool >/dev/null,--no-install-recommends prometheus)
 
 test: $(STAMP) peers rocketmq browser prometheus remoting-clients
 	$(VENV)/bin/lint-imports --no-cache  # the import contracts (.importlinter), under a second

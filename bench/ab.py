@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import write_result
+from bench.common import markdown_table, write_result
 
 
 
@@ -84,12 +84,12 @@ def compare(runs: dict[str, list[dict]]) -> dict[str, dict]:
 
 
 def table(compared: dict[str, dict]) -> list[str]:
-    lines = ["| figure | A (median) | B (median) | B / A |", "|---|---|---|---|"]
+    rows = []
     for name, row in compared.items():
         ratio = "-" if row["b_over_a"] is None else f"{row['b_over_a']:.3f}"
         arrow = " ↓" if row["lower_is_better"] else ""
-        lines.append(f"| {name}{arrow} | {row['a']:,.6g} | {row['b']:,.6g} | {ratio} |")
-    return lines
+        rows.append([f"{name}{arrow}", f"{row['a']:,.6g}", f"{row['b']:,.6g}", ratio])
+    return markdown_table(["figure", "A (median)", "B (median)", "B / A"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,6 +66,12 @@ def scratch_dir(base: Path | None = None, prefix: str = "bench-"):
         shutil.rmtree(path, ignore_errors=True)
 
 
+def markdown_table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """The lines of a Markdown table (the form docs/BENCHMARKS.md quotes): a header, its rule and
+    one line per row of already formatted cells."""
+    return ["| " + " | ".join(cells) + " |" for cells in (head, ["---"] * len(head), *rows)]
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")

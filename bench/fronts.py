@@ -24,8 +24,9 @@ per-call rates still doubled over the next 6,000, its broker CPU per send fallin
 CPU per message is the process's user + system time over the measure (``/proc/<pid>/stat``)
 divided by its messages: ``broker`` is rtimer's process or RocketMQ's broker + proxy JVM,
 ``namesrv`` RocketMQ's NameServer JVM (rtimer has none apart), ``client`` this process (gRPC) or
-the client JVM (remoting). The figures printed are the medians of the rounds; the JSON keeps
-every round. Run it under ``flock /work/bench.lock``; results go to bench/results/fronts.json.
+the client JVM (remoting). The figures printed are the medians of the rounds, and the ratio of
+the last round alone ("last round": the warmest JVM, since RocketMQ still gets faster over the
+rounds after the warm-up); the JSON keeps every round. Run it under ``flock /work/bench.lock``; results go to bench/results/fronts.json.
 """
 from __future__ import annotations
 
@@ -245,8 +246,8 @@ def summary(result: dict) -> str:
     lines = [f"{result['messages']} messages of {result['body_bytes']} B per measure, "
              f"{result['rounds']} rounds (medians); CPU in ms per message "
              "(broker / namesrv / client)",
-             "| front | measure | rtimer /s | RocketMQ /s | rtimer / RocketMQ | rtimer CPU | "
-             "RocketMQ CPU |", "|---|---|---|---|---|---|---|"]
+             "| front | measure | rtimer /s | RocketMQ /s | rtimer / RocketMQ | last round | "
+             "rtimer CPU | RocketMQ CPU |", "|---|---|---|---|---|---|---|---|"]
     labels = {"send_per_s": ("send", "send, one at a time"),
               "receive_ack_per_s": ("receive_ack", "receive 32 + ack each"),
               "consume_per_s": ("consume", "push consume")}
@@ -261,10 +262,12 @@ def summary(result: dict) -> str:
             cpu_mine = mine["cpu_ms_per_message"][phase]
             row = f"| {client} | {label} | {mine[rate]} | "
             if theirs is None:
-                row += "not measured | | "
+                row += "not measured | | | "
                 cpu_theirs = "-"
             else:
-                row += f"{theirs[rate]} | {mine[rate] / theirs[rate]:.2f} | "
+                last = result[front]["rounds"]
+                row += (f"{theirs[rate]} | {mine[rate] / theirs[rate]:.2f} | "
+                        f"{last['rtimer'][-1][rate] / last['rocketmq'][-1][rate]:.2f} | ")
                 c = theirs["cpu_ms_per_message"][phase]
                 cpu_theirs = f"{c['broker']:.3f} / {c['namesrv']:.3f} / {c['client']:.3f}"
             row += (f"{cpu_mine['broker']:.3f} / - / {cpu_mine['client']:.3f} | "

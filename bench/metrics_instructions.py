@@ -34,7 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import scratch_dir, write_result
+from bench.common import markdown_table, scratch_dir, write_result
 from bench.metrics_cost import T0, NoDelayTally, NoDeliveryTally
 from rocks_timer import Broker, BrokerConfig, ManualClock, Message
 
@@ -117,14 +117,14 @@ def bench_instructions(sends: int, batches: int, deliver: int) -> dict:
 
 
 def summary(result: dict) -> list[str]:
-    lines = ["| path | instructions a message, off | counters | added | off / counters |",
-             "|---|---|---|---|---|"]
-    for path, label in (("send1", "`Broker.send`"), ("send100", "`Broker.send_batch(100)`"),
-                        ("deliver", "delivery (the stepping thread)")):
-        lines.append(f"| {label} | {result['off'][path]:,} | {result['counters'][path]:,} | "
-                     f"{result['counters_added_per_message'][path]:,} | "
-                     f"{result['off_vs_counters'][path]:.2%} |")
-    return lines
+    head = ["path", "instructions a message, off", "counters", "added", "off / counters"]
+    paths = (("send1", "`Broker.send`"), ("send100", "`Broker.send_batch(100)`"),
+             ("deliver", "delivery (the stepping thread)"))
+    return markdown_table(head, [[label, f"{result['off'][path]:,}",
+                                  f"{result['counters'][path]:,}",
+                                  f"{result['counters_added_per_message'][path]:,}",
+                                  f"{result['off_vs_counters'][path]:.2%}"]
+                                 for path, label in paths])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,3 +44,28 @@ def test_bench_grpc_servers_smoke(tmp_path):
         assert len(result["rounds"][kind]) == 2
         assert all(r["sends_per_s"] > 0 for r in result["rounds"][kind])
         assert result["median"][kind]["server_cpu_ms_per_send"] >= 0
+
+
+def _round(rate_a: float, rate_b: float) -> dict:
+    cpu = {"broker": 0.1, "namesrv": 0.0, "client": 0.2}
+    return {"send_per_s": rate_a, "receive_ack_per_s": rate_b,
+            "cpu_ms_per_message": {"send": dict(cpu), "receive_ack": dict(cpu)}}
+
+
+def test_bench_fronts_summary_prints_the_last_round_ratio_beside_the_medians():
+    """RocketMQ's JVM still gets faster over the rounds, so the summary prints the ratio of
+    the last round (the warmest JVM) beside the ratio of the medians."""
+    rounds = {"rtimer": [_round(100.0, 50.0), _round(100.0, 50.0), _round(100.0, 50.0)],
+              "rocketmq": [_round(50.0, 100.0), _round(100.0, 100.0), _round(200.0, 125.0)]}
+    result = {"messages": 10, "rounds": 3, "body_bytes": 1,
+              "grpc": {"rounds": rounds,
+                       "median": {side: fronts._medians(rounds[side], fronts.GRPC_RATES,
+                                                        fronts.GRPC_PHASES)
+                                  for side in rounds}}}
+    lines = fronts.summary(result).splitlines()
+    send = next(line for line in lines if "| send, one at a time |" in line)
+    receive = next(line for line in lines if "| receive 32 + ack each |" in line)
+    # medians 100 / 100 = 1.00; last round 100 / 200 = 0.50
+    assert "| 100.0 | 100.0 | 1.00 | 0.50 |" in send
+    # medians 50 / 100 = 0.50; last round 50 / 125 = 0.40
+    assert "| 50.0 | 100.0 | 0.50 | 0.40 |" in receive
