@@ -66,6 +66,8 @@ class Claimer:
             check_iterator(it, f"timer store {self._where} claim")  # never a silent early end
         finally:
             del it, key_of, value_of, step
+        if not keys:  # the empty tick, the common case of an idle store: nothing more to do
+            return [], False
         # every in-flight key sorts below the claim cursor (claims advance it), so none is
         # read again; this stays as a guard (one C-level pass, not a lookup per key in Python)
         whole = True  # the walk took every key of its range (its span, ClaimedBatch)
