@@ -153,7 +153,9 @@ class GrpcSide:
         self.producer.shutdown()
 
 
-def _medians(rounds: list[dict], rates: tuple[str, ...], phases: tuple[str, ...]) -> dict:
+def round_medians(rounds: list[dict], rates: tuple[str, ...],
+                  phases: tuple[str, ...]) -> dict:
+    """One broker's rounds of one front: the median of each rate and of each CPU figure."""
     out = {rate: round(median([r[rate] for r in rounds]), 1) for rate in rates}
     out["cpu_ms_per_message"] = {
         phase: {name: round(median([r["cpu_ms_per_message"][phase][name] for r in rounds]), 3)
@@ -237,7 +239,7 @@ def run(scratch: Path, n: int, rounds: int, body_bytes: int, warm: int, skip_roc
             result.pop(front)
             continue
         result[front] = {"rounds": result[front],
-                         "median": {s: _medians(result[front][s], rates, phases)
+                         "median": {s: round_medians(result[front][s], rates, phases)
                                     for s in sides}}
     return result
 

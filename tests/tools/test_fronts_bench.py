@@ -59,8 +59,8 @@ def test_bench_fronts_summary_prints_the_last_round_ratio_beside_the_medians():
               "rocketmq": [_round(50.0, 100.0), _round(100.0, 100.0), _round(200.0, 125.0)]}
     result = {"messages": 10, "rounds": 3, "body_bytes": 1,
               "grpc": {"rounds": rounds,
-                       "median": {side: fronts._medians(rounds[side], fronts.GRPC_RATES,
-                                                        fronts.GRPC_PHASES)
+                       "median": {side: fronts.round_medians(rounds[side], fronts.GRPC_RATES,
+                                                             fronts.GRPC_PHASES)
                                   for side in rounds}}}
     lines = fronts.summary(result).splitlines()
     send = next(line for line in lines if "| send, one at a time |" in line)
