@@ -220,8 +220,7 @@ class ValueLog:
             seg.max_due_ms = due_ms
         count, nbytes, end = seg.live_count + 1, seg.live_bytes + size, seg.file.size
         meta_h = self._meta_h
-        batch.put(K.segment_meta_key(seg.id), SEGMENT.pack(
-            seg.kind, seg.day, seg.created_ms, count, nbytes, end, seg.max_due_ms), meta_h)
+        self._put_liveness(batch, seg, count, nbytes, end)
         appended = self.counters[APPENDED]
         batch.put(APPENDED, U64.pack(appended), meta_h)
         next_id = self.next_id
@@ -324,10 +323,7 @@ class ValueLog:
                                          f"{count} records / {nbytes} bytes", where=seg_id)
             end = seg.file.size if seg.file is not None else seg.end
             new[seg_id] = (count, nbytes, end)
-            batch.put(K.segment_meta_key(seg_id),
-                      SEGMENT.pack(seg.kind, seg.day, seg.created_ms, count, nbytes, end,
-                                   seg.max_due_ms),
-                      self._meta_h)
+            self._put_liveness(batch, seg, count, nbytes, end)
         staged = {}  # counters go in only when they differ from what is stored
         for name, value in (*self.counters.items(), (META_NEXT_ID, self.next_id)):
             if self._stored.get(name) != value:
@@ -335,6 +331,13 @@ class ValueLog:
                 staged[name] = value
         self._staged = staged
         return new
+
+    def _put_liveness(self, batch: Any, seg: Segment, count: int, nbytes: int,
+                      end: int) -> None:
+        """The segment's liveness row with these live figures and end (the one writer of
+        the row's format for a batch: ``stage`` and the single send's ``append_one``)."""
+        batch.put(K.segment_meta_key(seg.id), SEGMENT.pack(
+            seg.kind, seg.day, seg.created_ms, count, nbytes, end, seg.max_due_ms), self._meta_h)
 
     def commit(self, new: dict[int, tuple[int, int, int]]) -> None:
         """After the batch ``stage`` filled is written."""
