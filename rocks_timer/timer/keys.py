@@ -196,19 +196,9 @@ def index_entry(raw_key: bytes, key: str) -> bytes:
 
 def index_entries(raw_keys: list[bytes], keys: list[tuple[str, ...]]) -> list[bytes]:
     """:func:`index_entry` of every (``raw_keys[i]``, one of ``keys[i]``), in that order (a
-    delivery batch's removals: most keys carry one KEY, many none)."""
-    out: list[bytes] = []
-    add, pack, prefix = out.append, KEY_LEN.pack, META_KEY_INDEX_PREFIX
-    for raw_key, names in zip(raw_keys, keys):
-        if not names:
-            continue
-        topic_end = DUE_SIZE + 1 + raw_key[DUE_SIZE]
-        head = prefix + raw_key[DUE_SIZE:topic_end]
-        tail = raw_key[:DUE_SIZE] + raw_key[topic_end:]
-        for key in names:
-            key_bytes = key.encode("utf-8")
-            add(head + pack(len(key_bytes)) + key_bytes + tail)
-    return out
+    delivery batch's removals the native reader left to Python, and the reference of that
+    reader)."""
+    return [index_entry(raw_key, key) for raw_key, names in zip(raw_keys, keys) for key in names]
 
 
 def timer_key_of_entry(entry: bytes) -> bytes:

@@ -171,8 +171,7 @@ class ClaimedBatch(Sequence):
         decoded = [i for i in at if messages[i] is not None]
         if decoded:
             at = [i for i in at if messages[i] is None]
-        raws = tokens if at is not indexes and len(at) == len(tokens) else \
-            [tokens[i] for i in at]
+        raws = tokens if isinstance(at, range) else [tokens[i] for i in at]
         values = bodies.take(at) if isinstance(bodies, ReadBodies) else [bodies[i] for i in at]
         entries, slow = index_removals(raws, values, K.META_KEY_INDEX_PREFIX)
         for j in slow:
