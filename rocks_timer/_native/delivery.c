@@ -76,21 +76,42 @@ static int keys_normalised(const entry_t *e) {
 
 #define MAX_ENTRIES 64
 
+/* The lengths a stored value's header (rocks_timer/timer/values.py) gives its parts. */
+typedef struct {
+    Py_ssize_t topic_len;
+    uint32_t props_len, body_len, stored_len;
+} value_head_t;
+
+/* Reads the header of the value ``v`` (``len`` bytes) into ``h``: 0, or -1 when the reference
+ * must read the value (another version, flags or presence bits it does not know, lengths that do
+ * not add up). ``lz4_ok``: a value whose body is stored lz4-compressed is accepted (its body is
+ * not read then); otherwise only a plain body is. */
+static int read_value_head(const unsigned char *v, Py_ssize_t len, int lz4_ok, value_head_t *h) {
+    if (len < VALUE_HEADER || v[0] != VALUE_VERSION || (v[1] & ~(lz4_ok ? 1 : 0)) || (v[2] & ~3))
+        return -1;
+    h->topic_len = v[23];
+    h->props_len = get32(v + 24);
+    h->body_len = get32(v + 28);
+    h->stored_len = get32(v + 32);
+    if (h->topic_len == 0 || (v[1] == 0 && h->body_len != h->stored_len) ||
+        (uint64_t)len != (uint64_t)VALUE_HEADER + h->topic_len + h->props_len + h->stored_len)
+        return -1;
+    return 0;
+}
+
 /* The prepared record of the value ``v`` (``len`` bytes): its length, and written at ``out`` when
  * ``out`` is not NULL and ``cap`` holds it; -1 when the reference must decide. No Python objects:
  * the claim calls it with the GIL released. */
 Py_ssize_t delivery_copy_into(const unsigned char *v, Py_ssize_t len, long long due_ms,
                               long long now_ms, unsigned char *out, Py_ssize_t cap) {
-    if (len < VALUE_HEADER || v[0] != VALUE_VERSION || v[1] != 0 || (v[2] & ~3)) return -1;
+    value_head_t head;
+    if (read_value_head(v, len, 0, &head) < 0) return -1;
     int present = v[2];
     int32_t queue_id = (int32_t)get32(v + 3), flag = (int32_t)get32(v + 7);
     int64_t born_ms = (int64_t)get64(v + 11);
     int32_t reconsume = (int32_t)get32(v + 19);
-    Py_ssize_t topic_len = v[23];
-    uint32_t props_len = get32(v + 24), body_len = get32(v + 28), stored_len = get32(v + 32);
-    if (topic_len == 0 || body_len != stored_len ||
-        (uint64_t)len != (uint64_t)VALUE_HEADER + topic_len + props_len + stored_len)
-        return -1;
+    Py_ssize_t topic_len = head.topic_len;
+    uint32_t props_len = head.props_len, body_len = head.body_len;
     const unsigned char *topic = v + VALUE_HEADER, *props = topic + topic_len;
     const unsigned char *body = props + props_len;
     for (Py_ssize_t i = 0; i < topic_len; i++)
@@ -233,9 +254,8 @@ PyObject *index_removals(PyObject *self, PyObject *args) {
         PyObject *raw = PySequence_Fast_GET_ITEM(tokens, i);
         PyObject *value = PySequence_Fast_GET_ITEM(values, i);
         const unsigned char *k, *v;
-        Py_ssize_t k_size, len, count;
-        uint32_t props_len, body_len, stored_len;
-        Py_ssize_t topic_len, key_topic;
+        Py_ssize_t k_size, len, count, key_topic;
+        value_head_t head;
         const entry_t *keys = NULL;
         if (!PyBytes_Check(raw) || !PyBytes_Check(value)) goto to_python;
         k = (const unsigned char *)PyBytes_AS_STRING(raw);
@@ -245,16 +265,9 @@ PyObject *index_removals(PyObject *self, PyObject *args) {
         if (key_topic == 0 || k_size != 8 + 1 + key_topic + 16) goto to_python;
         v = (const unsigned char *)PyBytes_AS_STRING(value);
         len = PyBytes_GET_SIZE(value);
-        if (len < VALUE_HEADER || v[0] != VALUE_VERSION || (v[1] & ~1) || (v[2] & ~3))
-            goto to_python;
-        topic_len = v[23];
-        props_len = get32(v + 24);
-        body_len = get32(v + 28);
-        stored_len = get32(v + 32);
-        if (topic_len == 0 || (v[1] == 0 && body_len != stored_len) ||
-            (uint64_t)len != (uint64_t)VALUE_HEADER + topic_len + props_len + stored_len)
-            goto to_python;
-        count = split_props(v + VALUE_HEADER + topic_len, props_len, props_at, MAX_ENTRIES);
+        if (read_value_head(v, len, 1, &head) < 0) goto to_python;
+        count = split_props(v + VALUE_HEADER + head.topic_len, head.props_len, props_at,
+                            MAX_ENTRIES);
         if (count < 0) goto to_python;
         for (Py_ssize_t j = 0; j < count; j++)
             if (names_equal(&props_at[j], "KEYS")) keys = &props_at[j];
