@@ -25,17 +25,9 @@
 
 #define KEY_FIXED 25 /* due 8 + topic length 1 + id 16 */
 
-static uint32_t be32(const unsigned char *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 static void put_le64(unsigned char *p, int64_t value) {
     uint64_t v = (uint64_t)value;
     for (int k = 0; k < 8; k++) p[k] = (unsigned char)(v >> (8 * k));
-}
-
-static int64_t be64(const unsigned char *p) {
-    return (int64_t)((uint64_t)be32(p) << 32 | be32(p + 4));
 }
 
 typedef struct {
@@ -71,8 +63,8 @@ static int read_all(entry_t *e, Py_ssize_t cut, unsigned char *buf, unsigned cha
             }
             r->value = buf + r->at + value_at;
         }
-        r->copy_len = delivery_copy_into(r->value, r->value_len, (long long)be64(r->key), now_ms,
-                                         copies_buf + r->copy_at,
+        r->copy_len = delivery_copy_into(r->value, r->value_len, (long long)read_be64(r->key),
+                                         now_ms, copies_buf + r->copy_at,
                                          DELIVERY_COPY_BOUND(r->value_len));
     }
     return err;
@@ -107,8 +99,8 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
         r->size = vlen;
         if (fds != Py_None && vlen >= POINTER_SIZE && v[0] == POINTER_VERSION) {
             r->pointer = 1;
-            r->offset = be64(v + 5);
-            r->size = (Py_ssize_t)be32(v + 13);
+            r->offset = (int64_t)read_be64(v + 5);
+            r->size = (Py_ssize_t)read_be32(v + 13);
         } else if (fds != Py_None && vlen > 0 && v[0] == POINTER_VERSION) {
             r->code = "short-pointer";
         }
@@ -121,7 +113,7 @@ PyObject *claim_batch(PyObject *self, PyObject *args) {
             continue;
         }
         if (r->pointer && r->code == NULL) {
-            PyObject *seg = PyLong_FromUnsignedLong(be32(v + 1));
+            PyObject *seg = PyLong_FromUnsignedLong(read_be32(v + 1));
             if (seg == NULL) goto done;
             PyObject *fd = PyDict_GetItemWithError(fds, seg);
             Py_DECREF(seg);
@@ -235,7 +227,7 @@ PyObject *due_second_counts(PyObject *self, PyObject *raws) {
             PyErr_SetString(PyExc_ValueError, "due_second_counts: a key is not bytes of 8 or more");
             goto fail;
         }
-        uint64_t s = (uint64_t)be64((const unsigned char *)PyBytes_AS_STRING(raw)) / 1000;
+        uint64_t s = read_be64((const unsigned char *)PyBytes_AS_STRING(raw)) / 1000;
         if (run && s == second) {
             run++;
             continue;

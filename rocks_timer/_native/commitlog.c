@@ -96,16 +96,12 @@ static void release(record_t *r) {
     Py_CLEAR(r->props);
 }
 
-static uint32_t get32(const unsigned char *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 /* A prepared record: the size, queue id, topic and tags code it carries (see record.py). */
 static int load_prepared(PyObject *blob, record_t *r) {
     const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(blob);
     Py_ssize_t len = PyBytes_GET_SIZE(blob);
     if (len < FIXED_SIZE + 9) goto bad;
-    Py_ssize_t size = (int32_t)get32(b), body_len = (int32_t)get32(b + 84);
+    Py_ssize_t size = (int32_t)read_be32(b), body_len = (int32_t)read_be32(b + 84);
     if (size != len - 9 || body_len < 0 || 88 + body_len + 1 > size) goto bad;
     Py_ssize_t topic_len = b[88 + body_len];
     if (88 + body_len + 1 + topic_len + 2 > size) goto bad;
@@ -113,10 +109,10 @@ static int load_prepared(PyObject *blob, record_t *r) {
     if (size != FIXED_SIZE + body_len + topic_len + ((Py_ssize_t)pl[0] << 8 | pl[1])) goto bad;
     r->blob = Py_NewRef(blob);
     r->size = size;
-    r->queue_id = (int32_t)get32(b + 12);
+    r->queue_id = (int32_t)read_be32(b + 12);
     r->topic_utf8 = (const char *)b + 88 + body_len + 1;
     r->topic_len = topic_len;
-    r->tags = (int64_t)((uint64_t)get32(b + size) << 32 | get32(b + size + 4));
+    r->tags = (int64_t)((uint64_t)read_be32(b + size) << 32 | read_be32(b + size + 4));
     r->born_at_store = b[size + 8] & 0x01;
     return 0;
 bad:

@@ -33,10 +33,6 @@ typedef struct {
     int status;
 } rec_t;
 
-static uint32_t be32(const unsigned char *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 /* Strict UTF-8 as Python's decoder takes it: no overlong forms, no surrogates, at most
  * U+10FFFF. */
 static int utf8_ok(const unsigned char *p, Py_ssize_t n) {
@@ -67,9 +63,10 @@ static int utf8_ok(const unsigned char *p, Py_ssize_t n) {
  * fills the row's positions (relative to the record) when it passes. */
 static int check_record(const unsigned char *d, Py_ssize_t size, Py_ssize_t got, int64_t *row) {
     if (got < size || size < RECORD_FIXED_SIZE) return CORRUPT;
-    if ((int32_t)be32(d) != size || be32(d + 4) != RECORD_MAGIC) return CORRUPT;
-    if (crc32_update(0, d + CRC_FROM, (size_t)(size - CRC_FROM)) != be32(d + 8)) return CORRUPT;
-    int32_t body_len = (int32_t)be32(d + HEADER_SIZE);
+    if ((int32_t)read_be32(d) != size || read_be32(d + 4) != RECORD_MAGIC) return CORRUPT;
+    if (crc32_update(0, d + CRC_FROM, (size_t)(size - CRC_FROM)) != read_be32(d + 8))
+        return CORRUPT;
+    int32_t body_len = (int32_t)read_be32(d + HEADER_SIZE);
     if (body_len < 0) return CORRUPT;
     Py_ssize_t pos = HEADER_SIZE + 4 + (Py_ssize_t)body_len;
     if (pos + 1 > size) return CORRUPT;
@@ -165,9 +162,9 @@ PyObject *read_records(PyObject *self, PyObject *args) {
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         rec_t *x = &r[i];
-        x->offset = (long long)((uint64_t)be32(e + ENTRY_SIZE * i) << 32 |
-                                be32(e + ENTRY_SIZE * i + 4));
-        x->size = (int32_t)be32(e + ENTRY_SIZE * i + 8);
+        x->offset = (long long)((uint64_t)read_be32(e + ENTRY_SIZE * i) << 32 |
+                                read_be32(e + ENTRY_SIZE * i + 4));
+        x->size = (int32_t)read_be32(e + ENTRY_SIZE * i + 8);
         /* CommitLog.read: the segment that starts at or before the offset (bisect_right - 1) */
         Py_ssize_t lo = 0, hi = nseg;
         while (lo < hi) {

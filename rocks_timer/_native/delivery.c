@@ -20,14 +20,6 @@
 #define PRESENT_BORN_MS 0x02
 
 
-static uint32_t get32(const unsigned char *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static uint64_t get64(const unsigned char *p) {
-    return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
-
 typedef struct {
     const unsigned char *name, *value;
     Py_ssize_t name_len, value_len;
@@ -90,9 +82,9 @@ static int read_value_head(const unsigned char *v, Py_ssize_t len, int lz4_ok, v
     if (len < VALUE_HEADER || v[0] != VALUE_VERSION || (v[1] & ~(lz4_ok ? 1 : 0)) || (v[2] & ~3))
         return -1;
     h->topic_len = v[23];
-    h->props_len = get32(v + 24);
-    h->body_len = get32(v + 28);
-    h->stored_len = get32(v + 32);
+    h->props_len = read_be32(v + 24);
+    h->body_len = read_be32(v + 28);
+    h->stored_len = read_be32(v + 32);
     if (h->topic_len == 0 || (v[1] == 0 && h->body_len != h->stored_len) ||
         (uint64_t)len != (uint64_t)VALUE_HEADER + h->topic_len + h->props_len + h->stored_len)
         return -1;
@@ -107,9 +99,9 @@ Py_ssize_t delivery_copy_into(const unsigned char *v, Py_ssize_t len, long long 
     value_head_t head;
     if (read_value_head(v, len, 0, &head) < 0) return -1;
     int present = v[2];
-    int32_t queue_id = (int32_t)get32(v + 3), flag = (int32_t)get32(v + 7);
-    int64_t born_ms = (int64_t)get64(v + 11);
-    int32_t reconsume = (int32_t)get32(v + 19);
+    int32_t queue_id = (int32_t)read_be32(v + 3), flag = (int32_t)read_be32(v + 7);
+    int64_t born_ms = (int64_t)read_be64(v + 11);
+    int32_t reconsume = (int32_t)read_be32(v + 19);
     Py_ssize_t topic_len = head.topic_len;
     uint32_t props_len = head.props_len, body_len = head.body_len;
     const unsigned char *topic = v + VALUE_HEADER, *props = topic + topic_len;

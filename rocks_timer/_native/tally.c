@@ -12,18 +12,6 @@
 #define TALLY_TOPICS 16
 #define TALLY_BOUNDS 64
 
-static int64_t tally_be64(const unsigned char *p) {
-#if defined(__GNUC__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return (int64_t)__builtin_bswap64(v);
-#else
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v = (v << 8) | p[i];
-    return (int64_t)v;
-#endif
-}
-
 PyObject *delivery_tally(PyObject *self, PyObject *args) {
     PyObject *raws, *bounds_obj;
     long long store_ms;
@@ -60,7 +48,7 @@ PyObject *delivery_tally(PyObject *self, PyObject *args) {
         const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(raw);
         Py_ssize_t tlen = p[8];
         if (PyBytes_GET_SIZE(raw) < 9 + tlen) goto bad;
-        long long lateness = store_ms - (long long)tally_be64(p);
+        long long lateness = store_ms - (long long)read_be64(p);
         sum += lateness;
         early += lateness < 0;
         /* bisect_left from the last key's bucket: a claim is in due order, so lateness only

@@ -9,10 +9,6 @@
 #define VLOG_HEADER 11
 #define VLOG_MAGIC 0xA7
 
-static uint32_t get32(const unsigned char *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
-
 /* Check the record of ``length`` bytes at ``at`` of ``data`` against ``key``: NULL when it is
  * good (its value is the ``*value_len`` bytes at ``data + *value_at``), else the code of why it
  * is refused. Pure C: callable without the GIL. */
@@ -23,11 +19,11 @@ const char *vlog_check(const unsigned char *data, Py_ssize_t size, Py_ssize_t at
     const unsigned char *p = data + at;
     if (p[0] != VLOG_MAGIC) return "bad-magic";
     Py_ssize_t key_len = (Py_ssize_t)p[1] << 8 | p[2];
-    Py_ssize_t vlen = (Py_ssize_t)get32(p + 3);
+    Py_ssize_t vlen = (Py_ssize_t)read_be32(p + 3);
     if (VLOG_HEADER + key_len + vlen != length) return "bad-length";
     uint32_t crc = crc32_update(crc32_update(0, p, 7), p + VLOG_HEADER,
                                 (size_t)(length - VLOG_HEADER));
-    if (crc != get32(p + 7)) return "bad-crc";
+    if (crc != read_be32(p + 7)) return "bad-crc";
     if (key_len != key_size || memcmp(p + VLOG_HEADER, key, (size_t)key_len) != 0)
         return "other-key";
     *value_at = at + VLOG_HEADER + key_len;
@@ -188,8 +184,8 @@ PyObject *drop_pointers(PyObject *self, PyObject *args) {
             }
             const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(v);
             if (PyBytes_GET_SIZE(v) < POINTER_SIZE || p[0] != POINTER_VERSION) continue;
-            this_seg = get32(p + 1);
-            length = get32(p + 13);
+            this_seg = read_be32(p + 1);
+            length = read_be32(p + 13);
             dropped++;
             if (this_seg == seg) {
                 count++;
