@@ -5,6 +5,7 @@ stops being read."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import struct
 import threading
@@ -214,3 +215,15 @@ def test_a_client_that_does_not_read_its_replies_stops_being_read(broker):
         other.close()
     finally:
         front.stop()
+
+
+def test_a_json_reply_header_lists_its_fields_in_name_order():
+    """As RocketMQ's fastjson writes a header (the Java client reads that order fastest)."""
+    request = RemotingCommand(310, 9, ext={"b": "T"})
+    for reply in (request.response(0, ext={"msgId": "X", "queueId": 1}),
+                  request.response(13, remark="refused")):
+        data = reply.encode()
+        header_len = int.from_bytes(data[5:8], "big")
+        keys = list(json.loads(data[8:8 + header_len]))
+        assert keys == sorted(keys) and keys[0] == "code" and keys[-1] == "version"
+        assert decode(int.from_bytes(data[4:8], "big"), data[8:]).opaque == 9
