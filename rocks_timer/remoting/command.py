@@ -35,6 +35,9 @@ PREFIX = struct.Struct(">ii")
 _BINARY_FIXED = struct.Struct(">hbhii")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
+# one of each, made once: ``json.dumps`` with options builds a new encoder on every call
+_JSON_OUT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_JSON_IN = json.JSONDecoder()
 
 
 class FrameError(ValueError):
@@ -68,7 +71,8 @@ class RemotingCommand:
         """The answer to this request: same opaque and serialize type, response flag set.
         ``ext`` values become strings (some clients read nothing else, and every response
         carries an ``extFields`` object, even an empty one)."""
-        fields = {k: _text(v) for k, v in (ext or {}).items() if v is not None}
+        fields = {k: v if type(v) is str else _text(v) for k, v in (ext or {}).items()
+                  if v is not None}
         return RemotingCommand(code, self.opaque, RESPONSE_FLAG, remark, fields, body,
                                serialize_type=self.serialize_type)
 
@@ -95,7 +99,7 @@ def _encode_json(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = cmd.version
-    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _JSON_OUT.encode(header).encode("utf-8")
 
 
 def _encode_binary(cmd: RemotingCommand) -> bytes:
@@ -146,7 +150,7 @@ def _int(value, name: str) -> int:
 
 def _decode_json(header: bytes) -> RemotingCommand:
     try:
-        doc = json.loads(header.decode("utf-8"))
+        doc = _JSON_IN.decode(header.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise FrameError(f"the JSON header does not parse: {exc}") from None
     if not isinstance(doc, dict) or "code" not in doc:
