@@ -1,5 +1,6 @@
-"""``bench.remoting_latency`` does not rot: a tiny run of its rtimer side (one SEND_MESSAGE_V2 at a
-time through the remoting front) writes its figures and the reply's header."""
+"""``bench.remoting_latency`` and ``bench.remoting_instructions`` do not rot: a tiny run of the
+first's rtimer side (one SEND_MESSAGE_V2 at a time through the remoting front) writes its figures
+and the reply's header; the second's counted path runs without valgrind."""
 from __future__ import annotations
 
 import json
@@ -17,3 +18,11 @@ def test_latency_smoke(tmp_path):
     assert rtimer["cpu_ms_per_request"] >= 0
     reply = rtimer["reply"]
     assert reply["serialize_type"] == 0 and json.loads(reply["header"])["code"] == 0
+
+
+def test_instructions_child_runs_the_inline_send_path(capsys):
+    """What callgrind counts (bench.remoting_instructions), run here without valgrind: each send
+    is answered without waiting, with success (the child raises otherwise)."""
+    from bench import remoting_instructions
+    remoting_instructions.child(20)
+    assert capsys.readouterr().out.split()[-1] == "20"
