@@ -51,8 +51,7 @@ MAX_QUEUED_REQUESTS = 256          # request messages of one stream not yet take
 MAX_UNSENT = 256 * 1024            # answer bytes of one stream the client has not taken yet
 
 # gRPC status codes (the transport's own answers; handlers give grpc.StatusCode)
-OK, CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, INTERNAL, UNAVAILABLE = (
-    0, 1, 2, 4, 8, 13, 14)
+OK, UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED = 0, 2, 4, 8
 
 
 class Aborted(Exception):
@@ -377,8 +376,8 @@ class _Connection(asyncio.Protocol):
             return
         try:
             request = method.request.FromString(message)
-        except DecodeError:
-            self.codec.finish(sid, INTERNAL, "the request message does not parse")
+        except DecodeError as exc:  # UNKNOWN, as grpcio answers a request it cannot parse
+            self.codec.finish(sid, UNKNOWN, f"Unexpected {type(exc)}: {exc}")
             return
         if method.kind == STREAM_OUT:
             self._start(sid, self._stream_out(sid, method.handler(request, context)), deadline)
