@@ -256,8 +256,8 @@ class _Connection(asyncio.Protocol):
         self.last_call = self.loop.time()
         self.idle_timer: asyncio.TimerHandle | None = None
         self.flush_soon = False
-        self.writable = asyncio.Event()
-        self.writable.set()
+        self.paused = False            # the transport's buffer is full (pause_writing)
+        self.drained = asyncio.Event()  # set at each write: streamed answers look again
         self.closed = False
 
     # -- the socket ------------------------------------------------------------------------------
@@ -301,7 +301,6 @@ class _Connection(asyncio.Protocol):
                 call = self.calls.get(event[1])
                 if call is not None and call.task is not None:
                     call.task.cancel()
-        self.writable.set()  # window updates may have come: streamed answers try again
         self._flush()
 
     def connection_lost(self, exc) -> None:
@@ -312,13 +311,14 @@ class _Connection(asyncio.Protocol):
         for call in list(self.calls.values()):
             if call.task is not None:
                 call.task.cancel()
-        self.writable.set()
+        self.drained.set()
 
     def pause_writing(self) -> None:
-        self.writable.clear()
+        self.paused = True
 
     def resume_writing(self) -> None:
-        self.writable.set()
+        self.paused = False
+        self.drained.set()
 
     def _flush(self) -> None:
         self.flush_soon = False
@@ -327,6 +327,8 @@ class _Connection(asyncio.Protocol):
         out = self.codec.take()
         if out:
             self.transport.write(out)
+        if not self.paused:
+            self.drained.set()
         if self.codec.done:
             self.closed = True
             self.transport.close()
@@ -452,10 +454,9 @@ class _Connection(asyncio.Protocol):
                     if not codec.send(sid, response.SerializeToString()):
                         return  # reset or refused meanwhile
                     self._flush_later()
-                    while (codec.pending(sid) > MAX_UNSENT or not self.writable.is_set()) \
-                            and not self.closed:
-                        self.writable.clear()
-                        await self.writable.wait()
+                    while (codec.pending(sid) > MAX_UNSENT or self.paused) and not self.closed:
+                        self.drained.clear()  # set by the next write or window update
+                        await self.drained.wait()
             finally:
                 await responses.aclose()
         except asyncio.CancelledError:

@@ -297,3 +297,48 @@ def test_a_method_table_takes_request_classes_from_the_descriptor():
     assert kinds["Telemetry"] == native_server.BIDI
     assert kinds["ReceiveMessage"] == native_server.STREAM_OUT
     assert kinds["SendMessage"] == native_server.UNARY
+
+
+def test_a_call_past_its_deadline_ends_and_frees_its_slot(held):
+    server = held()
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        call = channel.unary_unary(
+            "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+            request_serializer=lambda r: r.SerializeToString(),
+            response_deserializer=lambda b: b)
+        with pytest.raises(grpc.RpcError) as late:
+            call(metrics_sink.metrics_service_pb2.ExportMetricsServiceRequest(), timeout=0.3)
+        assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        wait_for(lambda: server.server.calls == 0)  # the handler was cancelled, not left waiting
+
+
+def test_a_call_the_client_cancels_ends_its_handler(held):
+    server = held()
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        waiting = export(channel)
+        wait_for(lambda: server.server.calls == 1)
+        assert waiting.cancel()
+        wait_for(lambda: server.server.calls == 0)  # RST_STREAM reached the handler
+        server.release()
+        assert export(channel).result() is not None  # the connection goes on
+
+
+def test_a_streamed_answer_larger_than_the_unsent_bound_arrives_whole(fronts):
+    """Ten bodies of 60 KB in one receive: past MAX_UNSENT the handler waits for the client to
+    read (flow control), then goes on."""
+    bodies = [bytes([65 + i]) * 60_000 for i in range(10)]
+    assert sum(map(len, bodies)) > native_server.MAX_UNSENT
+    with grpc.insecure_channel(fronts["native"].address) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        sent = stub.SendMessage(svc.SendMessageRequest(messages=[
+            message("BigTopic", body, f"01{i + 1:032X}") for i, body in enumerate(bodies)]),
+            timeout=10)
+        assert sent.status.code == Code.OK
+        receive = svc.ReceiveMessageRequest(batch_size=16)
+        receive.group.name = "BigGroup"
+        receive.message_queue.topic.name = "BigTopic"
+        receive.filter_expression.type = pb.TAG
+        receive.filter_expression.expression = "*"
+        receive.invisible_duration.seconds = 30
+        answers = list(stub.ReceiveMessage(receive, timeout=10))
+    assert sorted(a.message.body for a in answers if a.HasField("message")) == bodies
