@@ -342,3 +342,19 @@ def test_a_streamed_answer_larger_than_the_unsent_bound_arrives_whole(fronts):
         receive.invisible_duration.seconds = 30
         answers = list(stub.ReceiveMessage(receive, timeout=10))
     assert sorted(a.message.body for a in answers if a.HasField("message")) == bodies
+
+
+def test_auto_falls_back_to_grpcio_with_a_warning_where_the_codec_is_not_built(
+        monkeypatch, caplog):
+    from rocks_timer.errors import ConfigError
+    from rocks_timer.proxy import server
+    assert server.pick_transport("auto") == "native"
+    assert server.pick_transport("grpcio") == "grpcio"
+    monkeypatch.setattr(native_server, "AVAILABLE", False)  # as on a machine without nghttp2.h
+    with caplog.at_level("WARNING"):
+        assert server.pick_transport("auto") == "grpcio"
+    assert "libnghttp2-dev" in caplog.text
+    with pytest.raises(ConfigError, match="not built"):
+        server.pick_transport("native")
+    with pytest.raises(ConfigError, match="one of"):
+        server.pick_transport("h3")
