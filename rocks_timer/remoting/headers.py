@@ -2,7 +2,7 @@
 
 ``SEND_MESSAGE_V2`` and ``SEND_BATCH_MESSAGE`` carry the send header under one-letter names
 (``a`` .. ``n``, RocketMQ's ``SendMessageRequestHeaderV2``); ``Header.send`` reads either form
-under the long names. A missing or malformed field is a ``HeaderError``, which the front answers
+under the long names (a V2 field by its letter first, without copying the fields). A missing or malformed field is a ``HeaderError``, which the front answers
 with a RocketMQ error code (the connection stays open).
 """
 from __future__ import annotations
@@ -22,20 +22,32 @@ class HeaderError(RocksTimerError, ValueError):
     """A request header field is missing or out of range."""
 
 
-class Header:
-    """A request's ext fields with typed, bounded getters."""
+V2_LETTERS = {name: letter for letter, name in V2_NAMES.items()}
 
-    def __init__(self, ext: dict[str, str]):
+
+class Header:
+    """A request's ext fields with typed, bounded getters. ``letters`` maps a field's long name
+    to the name it came under (V2's one letter); a field not found under it is looked up
+    under its long name."""
+
+    def __init__(self, ext: dict[str, str], letters: dict[str, str] | None = None):
         self.ext = ext
+        self.letters = letters
 
     @classmethod
     def send(cls, code_v2: bool, ext: dict[str, str]) -> "Header":
-        if not code_v2:
-            return cls(ext)
-        return cls({V2_NAMES.get(k, k): v for k, v in ext.items()})
+        return cls(ext, V2_LETTERS if code_v2 else None)
+
+    def get(self, name: str) -> str | None:
+        """The field ``name`` as sent, or None."""
+        if self.letters is not None:
+            value = self.ext.get(self.letters.get(name, name))
+            if value is not None:
+                return value
+        return self.ext.get(name)
 
     def text(self, name: str, default: str | None = None, *, max_len: int = 65_536) -> str:
-        value = self.ext.get(name)
+        value = self.get(name)
         if value is None:
             if default is None:
                 raise HeaderError(f"the request header lacks {name}")
@@ -46,7 +58,7 @@ class Header:
 
     def integer(self, name: str, default: int | None = None, *, low: int = -_I64_MAX - 1,
                 high: int = _I64_MAX) -> int:
-        value = self.ext.get(name)
+        value = self.get(name)
         if value is None or value == "" or value == "null":
             if default is None:
                 raise HeaderError(f"the request header lacks {name}")
@@ -72,7 +84,7 @@ class Header:
         return check_name(self.text(name, max_len=255), "group")
 
     def flag(self, name: str, default: bool = False) -> bool:
-        value = self.ext.get(name)
+        value = self.get(name)
         # Java writes true/false, the C++ client 1/0
         return default if value is None else value.strip().lower() in ("true", "1")
 
