@@ -131,16 +131,16 @@ def closed_within(client: Raw, seconds: float) -> bool:
 
 
 def test_a_silent_connection_is_closed_after_the_idle_time_and_a_busy_one_is_not(broker):
-    front = serve(broker, idle_s=1.0)
+    front = serve(broker, idle_s=1.5)
     try:
         silent, busy = Raw(front.port), Raw(front.port)
         started = time.monotonic()
-        while time.monotonic() - started < 2.5:  # 2.5 idle times, a request every 0.1 s
+        while time.monotonic() - started < 3.0:  # two idle times, a request every 0.1 s
             assert busy.call(105, {"topic": "busy"}).code == 0
             time.sleep(0.1)
-        assert closed_within(silent, 0.1)  # closed long ago, without a byte
+        assert closed_within(silent, 0.1)  # closed a while ago, without a byte
         assert front.stats()["closed_for_time"] == 1
-        assert closed_within(busy, 3.0)  # silent from now on: closed in turn
+        assert closed_within(busy, 5.0)  # silent from now on: closed in turn
         assert front.stats()["closed_for_time"] == 2
     finally:
         front.stop()
