@@ -189,13 +189,10 @@ def test_an_unknown_grpc_encoding_is_unimplemented():
     assert status(pair.answer(sid))[0] == 12
 
 
-@pytest.mark.parametrize("messages", [(), (b"\0\0\0\0\x01a", ), (b"\0\0\0\0\x05ab", )],
-                         ids=["none", "two", "cut-short"])
-def test_a_unary_call_without_exactly_one_whole_message_is_internal(messages):
+@pytest.mark.parametrize("body", [b"", grpc_message(b"a") + grpc_message(b"b"),
+                                  b"\0\0\0\0\x05ab"], ids=["none", "two", "cut-short"])
+def test_a_unary_call_without_exactly_one_whole_message_is_internal(body):
     pair = Pair()
-    body = b"".join(messages)
-    if messages == (b"\0\0\0\0\x01a",):
-        body = grpc_message(b"a") + grpc_message(b"b")
     sid = pair.call(UNARY, *([body] if body else []))
     assert pair.exchange() == []
     assert status(pair.answer(sid))[0] == 13
