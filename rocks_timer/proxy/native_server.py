@@ -30,6 +30,7 @@ import base64
 import logging
 import socket
 from collections import deque
+from collections.abc import Coroutine
 from typing import Any, Callable
 
 from google.protobuf import message_factory
@@ -385,8 +386,11 @@ class _Connection(asyncio.Protocol):
             self._start(sid, self._stream_out(sid, method.handler(request, context)), deadline)
             return
         # stepped here: most unary calls end without waiting, and then need no task
-        coro = method.handler(request, context)
         try:
+            coro = method.handler(request, context)
+            if not isinstance(coro, Coroutine):  # a plain function's answer (grpc.aio takes it)
+                self._answer(sid, coro)
+                return
             waits_for = coro.send(None)
         except StopIteration as done:
             self._answer(sid, done.value)

@@ -187,8 +187,8 @@ class Held:
 class ServerThread:
     """A NativeServer with ``Held`` on its own loop thread, on a free port."""
 
-    def __init__(self, **bounds):
-        self.servicer = Held()
+    def __init__(self, servicer=None, **bounds):
+        self.servicer = servicer or Held()
         self.server = native_server.NativeServer(
             native_server.methods_of(metrics_sink.service_descriptor(), self.servicer),
             max_message=1 << 20, **bounds)
@@ -200,11 +200,13 @@ class ServerThread:
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
 
     async def _start(self):
-        self.servicer.release = asyncio.Event()
+        if isinstance(self.servicer, Held):
+            self.servicer.release = asyncio.Event()
         await self.server.start(self.listener)
 
     def release(self):
-        self.loop.call_soon_threadsafe(self.servicer.release.set)
+        if isinstance(self.servicer, Held):
+            self.loop.call_soon_threadsafe(self.servicer.release.set)
 
     def close(self):
         asyncio.run_coroutine_threadsafe(self.server.stop(0.5), self.loop).result(10)
@@ -216,10 +218,10 @@ class ServerThread:
 def held():
     made = []
 
-    def make(**bounds):
+    def make(servicer=None, **bounds):
         bounds.setdefault("max_calls", 100)
         bounds.setdefault("idle_s", 60.0)
-        made.append(ServerThread(**bounds))
+        made.append(ServerThread(servicer, **bounds))
         return made[-1]
 
     yield make
@@ -358,3 +360,26 @@ def test_auto_falls_back_to_grpcio_with_a_warning_where_the_codec_is_not_built(
         server.pick_transport("native")
     with pytest.raises(ConfigError, match="one of"):
         server.pick_transport("h3")
+
+
+class Plain:
+    """Handlers that are plain functions (grpc.aio serves those too), one of them failing."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def Export(self, request, context):
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("the second export fails")
+        return metrics_sink.metrics_service_pb2.ExportMetricsServiceResponse()
+
+
+def test_a_plain_function_handler_is_answered_and_its_exception_is_unknown(held):
+    server = held(Plain())
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        assert export(channel).result() is not None
+        with pytest.raises(grpc.RpcError) as failed:
+            export(channel).result()
+        assert failed.value.code() == grpc.StatusCode.UNKNOWN
+        assert "the second export fails" in failed.value.details()
