@@ -275,11 +275,15 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     s->bad_method = 1;   /* until a :method POST is seen */
     s->bad_type = 1;     /* until a gRPC content-type is seen */
     Connection *c = user;
+    if (nghttp2_session_set_stream_user_data(session, s->id, s) != 0) {
+        PyMem_Free(s);  /* no such stream (refused already): nothing to keep */
+        return 0;
+    }
     c->streams++;
     s->next = c->open;
     if (c->open != NULL) c->open->prev = s;
     c->open = s;
-    return nghttp2_session_set_stream_user_data(session, s->id, s);
+    return 0;
 }
 
 static int equals(const uint8_t *p, size_t n, const char *lit) {

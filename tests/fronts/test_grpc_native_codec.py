@@ -234,6 +234,7 @@ def test_streams_beyond_the_limit_are_refused_and_the_others_served():
     assert announced == sids[:MAX_STREAMS]
     refused = [sid for sid in sids if pair.answer(sid)["reset"] == h2.errors.ErrorCodes.REFUSED_STREAM]
     assert refused == sids[MAX_STREAMS:]
+    assert pair.codec.streams == MAX_STREAMS  # the refused ones hold nothing
     for sid in announced:
         assert pair.codec.finish(sid, 0, "")
     pair.exchange()
