@@ -13,6 +13,8 @@ import h2.connection
 import h2.errors
 import h2.events
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocks_timer.proxy import native_server
 
@@ -272,3 +274,47 @@ def test_bad_arguments_are_refused():
         codec_module.Connection({}, {}, -1, MAX_STREAMS, 16 * 1024, 1 << 20)
     with pytest.raises(TypeError):
         codec_module.Connection([], {}, MAX_MESSAGE, MAX_STREAMS, 16 * 1024, 1 << 20)
+
+
+def _conversation() -> bytes:
+    """A valid client's bytes: preface, settings, a unary call and a request stream."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                                  header_encoding=None))
+    client.initiate_connection()
+    client.send_headers(1, request_headers(UNARY, x_mq_client_id="c", grpc_timeout="5S"))
+    client.send_data(1, grpc_message(b"payload" * 20), end_stream=True)
+    client.send_headers(3, request_headers(STREAM))
+    client.send_data(3, grpc_message(b"a") + grpc_message(b"b" * 300))
+    client.reset_stream(3)
+    return client.data_to_send()
+
+
+VALID = _conversation() if native_server.AVAILABLE else b""
+
+
+@settings(max_examples=300, deadline=None)
+@given(flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=8),
+       cuts=st.lists(st.integers(1, 400), max_size=6), tail=st.binary(max_size=64))
+def test_damaged_input_never_breaks_the_codec(flips, cuts, tail):
+    """Any damage to a valid conversation (bytes changed, cut anywhere, junk after): the codec
+    answers, ends the connection or goes on; it never raises, and what it announces is
+    well formed."""
+    data = bytearray(VALID)
+    for at, value in flips:
+        data[at % len(data)] = value
+    data = bytes(data) + tail
+    codec = codec_module.Connection({UNARY: "u"}, {STREAM: "s"}, MAX_MESSAGE, MAX_STREAMS,
+                                    16 * 1024, 1 << 20)
+    at = 0
+    for size in cuts + [len(data)]:
+        for event in codec.feed(data[at:at + size]):
+            assert event[0] in (codec_module.CALL, codec_module.MESSAGE, codec_module.END,
+                                codec_module.RESET)
+            assert isinstance(event[1], int) and event[1] > 0
+            if event[0] == codec_module.CALL and event[2] == "u":
+                assert isinstance(event[5], bytes) and len(event[5]) <= MAX_MESSAGE
+                codec.reply(event[1], b"ok")
+        assert isinstance(codec.take(), bytes)
+        at += size
+        if at >= len(data):
+            break
