@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import socket
 from collections import deque
@@ -406,6 +407,9 @@ class _Connection(asyncio.Protocol):
         self.calls[sid] = call
         self.server.calls += 1
         call.task = self.loop.create_task(work)
+        # a callback, not the coroutine's own finally: a task cancelled before its first step
+        # (a reset that came in the same read as the call) never runs its body
+        call.task.add_done_callback(functools.partial(self._done, sid))
         if deadline is not None:
             call.timer = self.loop.call_at(deadline, self._expire, sid)
 
@@ -415,7 +419,7 @@ class _Connection(asyncio.Protocol):
             call.task.cancel()
             self._end_call(sid, DEADLINE_EXCEEDED, "Deadline Exceeded")
 
-    def _done(self, sid: int) -> None:
+    def _done(self, sid: int, task: asyncio.Task) -> None:
         call = self.calls.pop(sid, None)
         if call is not None:
             self.server.calls -= 1
@@ -445,8 +449,6 @@ class _Connection(asyncio.Protocol):
         else:
             self._answer(sid, response)
             self._flush_later()
-        finally:
-            self._done(sid)
 
     async def _stream_out(self, sid: int, responses) -> None:
         """Sends what an async generator yields, then its status; waits while the client has
@@ -469,8 +471,6 @@ class _Connection(asyncio.Protocol):
             self._end_call(sid, *_status_of(exc))
         else:
             self._end_call(sid, OK, "")
-        finally:
-            self._done(sid)
 
 
 def _status_of(exc: BaseException) -> tuple[int, str]:

@@ -383,3 +383,32 @@ def test_a_plain_function_handler_is_answered_and_its_exception_is_unknown(held)
             export(channel).result()
         assert failed.value.code() == grpc.StatusCode.UNKNOWN
         assert "the second export fails" in failed.value.details()
+
+
+def test_a_call_reset_in_the_same_read_as_it_came_holds_no_slot(held):
+    """The call and its RST_STREAM in one write: the handler's task is cancelled before its
+    first step, and the call is still counted out (a client repeating this must not fill the
+    limit in all)."""
+    import h2.config
+    import h2.connection
+    import h2.errors
+    server = held(max_calls=3)
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                                  header_encoding=None))
+    client.initiate_connection()
+    path = b"/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+    with socket.create_connection(("127.0.0.1", server.port)) as raw:
+        for n, sid in enumerate(range(1, 2 * 10, 2)):  # more than the limit, one at a time
+            client.send_headers(sid, [(b":method", b"POST"), (b":scheme", b"http"),
+                                      (b":path", path), (b":authority", b"x"),
+                                      (b"content-type", b"application/grpc")])
+            client.send_data(sid, b"\0\0\0\0\0", end_stream=True)
+            client.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
+            raw.sendall(client.data_to_send())
+            wait_for(lambda: server.servicer.started == n + 1)  # admitted: the slot came back
+            wait_for(lambda: server.server.calls == 0)
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        waiting = [export(channel) for _ in range(3)]
+        wait_for(lambda: server.server.calls == 3)
+        server.release()
+        assert all(call.result() is not None for call in waiting)
