@@ -43,9 +43,10 @@ class Pair:
     """A raw HTTP/2 client and one server codec, wired in memory."""
 
     def __init__(self, max_message: int = MAX_MESSAGE, max_streams: int = MAX_STREAMS,
-                 settled: bool = True):
+                 settled: bool = True, **bounds: int):
         self.codec = codec_module.Connection({UNARY: "unary-method"}, {STREAM: "stream-method"},
-                                             max_message, max_streams, 16 * 1024, 1 << 20)
+                                             max_message, max_streams, 16 * 1024, 1 << 20,
+                                             **bounds)
         self.client = h2.connection.H2Connection(h2.config.H2Configuration(
             client_side=True, header_encoding=None))
         self.client.initiate_connection()
@@ -174,6 +175,21 @@ def test_an_oversize_message_of_an_announced_stream_resets_the_handler():
     assert pair.exchange() == [(codec_module.RESET, sid)]
     assert status(pair.answer(sid))[0] == 8
     assert pair.codec.send(sid, b"late") is False
+
+
+def test_request_data_in_flight_is_bounded_per_connection():
+    """Partial messages of several streams past ``max_buffered``: the stream whose data went
+    over is refused (RESOURCE_EXHAUSTED), the others complete, and nothing stays counted."""
+    pair = Pair(max_buffered=1500)
+    first, second = grpc_message(b"a" * 1000), grpc_message(b"b" * 700)
+    a = pair.call(UNARY, first[:900], end=False)
+    b = pair.call(UNARY, second[:650], end=False)  # 900 + 650 > 1500, both partial
+    assert pair.exchange() == []
+    assert status(pair.answer(b))[0] == 8
+    assert pair.codec.buffered == 900
+    pair.client.send_data(a, first[900:], end_stream=True)
+    assert [e[5] for e in pair.exchange()] == [b"a" * 1000]
+    assert pair.codec.buffered == 0
 
 
 def test_a_compressed_message_is_internal():
