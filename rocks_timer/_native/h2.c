@@ -560,10 +560,11 @@ static PyObject *Connection_new(PyTypeObject *type, PyObject *args, PyObject *kw
     c->streaming = Py_NewRef(streaming);
     c->max_message = max_message;
     c->max_header_bytes = max_header_bytes;
-    /* default: two whole messages at the maximum, and never under 16 MiB */
+    /* default: four whole messages at the maximum, and never under 64 MiB (a client's
+     * concurrent sends interleave their data, so several partial messages are normal) */
     c->max_buffered = max_buffered >= 0 ? (size_t)max_buffered
-                      : (size_t)(2 * (max_message + PREFIX)) > ((size_t)16 << 20)
-                      ? (size_t)(2 * (max_message + PREFIX)) : ((size_t)16 << 20);
+                      : (size_t)(4 * (max_message + PREFIX)) > ((size_t)64 << 20)
+                      ? (size_t)(4 * (max_message + PREFIX)) : ((size_t)64 << 20);
     if (nghttp2_session_server_new(&c->session, callbacks, c) != 0) {
         Py_DECREF(c);
         return PyErr_NoMemory();
@@ -756,7 +757,7 @@ static PyTypeObject ConnectionType = {
     .tp_dealloc = (destructor)Connection_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Connection(single, streaming, max_message, max_streams, max_header_bytes, window,"
-              " max_buffered=max(2 x (max_message + 5), 16 MiB)):"
+              " max_buffered=max(4 x (max_message + 5), 64 MiB)):"
               " one gRPC server connection's HTTP/2 state (sans I/O)",
     .tp_methods = Connection_methods,
     .tp_getset = Connection_getset,
