@@ -18,10 +18,10 @@ long polls, Telemetry) are tasks. ``CallContext`` offers what the handlers use o
 Bounds, as the grpcio front has them (ARCHITECTURE §4): calls in progress in all
 (``max_calls``: RESOURCE_EXHAUSTED past it), streams per connection (SETTINGS_MAX_CONCURRENT_STREAMS;
 nghttp2 refuses the excess with REFUSED_STREAM), message size (RESOURCE_EXHAUSTED, answered by the
-codec), request headers (16 KiB; the stream is reset), connections (``max_connections``; the
-excess is closed at once), idle connections (closed after ``idle_s`` without a call), queued
-request messages of one stream and unsent answer bytes (the handler waits for the client to
-read). The per-connection limits of the handlers (``PeerLimits``) key on ``CallContext.peer()``.
+codec), request bytes held in reassembly per connection (the codec's ``max_buffered``),
+request headers (16 KiB; the stream is reset), connections (``max_connections``; the excess is
+closed at once), idle connections (closed after ``idle_s`` without a call), queued request
+messages of one stream and unsent answer bytes (the handler waits for the client to read). The per-connection limits of the handlers (``PeerLimits``) key on ``CallContext.peer()``.
 """
 from __future__ import annotations
 
