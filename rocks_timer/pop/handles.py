@@ -61,6 +61,12 @@ class ReceiptHandle:
 
     @classmethod
     def decode(cls, handle: object) -> "ReceiptHandle":
+        return cls.parse(handle)[0]
+
+    @classmethod
+    def parse(cls, handle: object) -> "tuple[ReceiptHandle, Handle]":
+        """The receipt handle and its decoded timer handle (decoded once: an ack needs both);
+        InvalidHandleError when either is malformed."""
         if not isinstance(handle, str) or not handle or len(handle) > _MAX_HANDLE:
             raise InvalidHandleError(f"receipt handle {str(handle)[:80]!r} is not one of ours")
         try:
@@ -74,19 +80,20 @@ class ReceiptHandle:
         if (not GROUP_PATTERN.match(group) or not TOPIC_PATTERN.match(topic)
                 or not offset.isdigit() or not size.isdigit()):
             raise InvalidHandleError(f"receipt handle {handle[:80]!r} has a malformed field")
-        parsed = cls(group, topic, int(offset), int(size), timer_handle)
-        parsed.timer  # noqa: B018 - raises InvalidHandleError when malformed
-        return parsed
+        timer = Handle.decode(timer_handle)  # raises InvalidHandleError when malformed
+        return cls(group, topic, int(offset), int(size), timer_handle), timer
 
-    def check(self, group: str, topic: str) -> Handle:
-        """The timer handle, once the handle is known to belong to ``group`` and ``topic``."""
+    def check(self, group: str, topic: str, timer: Handle | None = None) -> Handle:
+        """The timer handle (``timer``: decoded already by :meth:`parse`), once the handle is
+        known to belong to ``group`` and ``topic``."""
         if self.group != group:
             raise InvalidHandleError(f"receipt handle was issued to group {self.group!r}, "
                                      f"not {group!r}")
         if self.topic != topic:
             raise InvalidHandleError(f"receipt handle was issued for topic {self.topic!r}, "
                                      f"not {topic!r}")
-        timer = self.timer
-        if timer.topic not in (retry_topic(group, topic), dlq_topic(group)):
+        if timer is None:
+            timer = self.timer
+        if timer.topic != retry_topic(group, topic) and timer.topic != dlq_topic(group):
             raise InvalidHandleError("receipt handle does not name an invisibility record")
         return timer

@@ -207,8 +207,11 @@ class PopService:
     def ack(self, group: str, topic: str, receipt_handle: str) -> None:
         """Forget a popped message. Raises ReceiptExpiredError if its invisible time is over
         (it was or is being delivered again) or it was acked already."""
-        timer = ReceiptHandle.decode(receipt_handle).check(group, topic)
-        if not self.broker.unpark(timer.encode()):
+        receipt, timer = ReceiptHandle.parse(receipt_handle)
+        receipt.check(group, topic, timer)
+        # the handle as the client gave it: every engine decodes a handle to the key it names
+        # (a re-encoded copy would name the same key)
+        if not self.broker.unpark(receipt.timer_handle):
             self.expired_acks += 1
             raise ReceiptExpiredError("receipt handle expired: the message is being delivered "
                                       "again, or was acked already")
