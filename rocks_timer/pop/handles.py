@@ -24,6 +24,7 @@ GROUP_PATTERN = re.compile(r"^[%a-zA-Z0-9_-]{1,255}$")
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 _MAX_HANDLE = 1200
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 def retry_topic(group: str, topic: str) -> str:
@@ -53,7 +54,9 @@ class ReceiptHandle:
     def encode(self) -> str:
         text = (f"{VERSION} {self.group} {self.topic} {self.commitlog_offset} {self.size} "
                 f"{self.timer_handle}")
-        return base64.urlsafe_b64encode(text.encode("ascii")).rstrip(b"=").decode("ascii")
+        # one per popped message: binascii and a translation, not base64's wrappers
+        return binascii.b2a_base64(text.encode("ascii"), newline=False).translate(
+            _URLSAFE).rstrip(b"=").decode("ascii")
 
     @property
     def timer(self) -> Handle:
