@@ -41,6 +41,7 @@ GROUP = "BenchHandlersGroup"
 BATCH = 32
 INVISIBLE_S = 30
 BODY = b"x" * 1024
+OK = pb.Code.Value("OK")
 
 
 class Context:
@@ -125,7 +126,7 @@ class Driver:
         response = await self.service.SendMessage(svc.SendMessageRequest.FromString(wire),
                                                   self.producer)
         response.SerializeToString()
-        if response.status.code != pb.Code.OK:
+        if response.status.code != OK:
             raise RuntimeError(f"send failed: {response.status}")
 
     async def receive(self, wire: bytes) -> list[tuple[str, str]]:
@@ -142,7 +143,7 @@ class Driver:
         response = await self.service.AckMessage(svc.AckMessageRequest.FromString(wire),
                                                  self.consumer)
         response.SerializeToString()
-        if response.status.code != pb.Code.OK:
+        if response.status.code != OK:
             raise RuntimeError(f"ack failed: {response.status}")
 
 
