@@ -10,7 +10,8 @@ official Python client 5.1.2 builds (the same fields set, as ``Producer.send``,
 deadline). Each request is parsed from its wire bytes and each response serialised, as any
 transport does; nothing else of a transport runs. Per round, on a fresh data directory: a warm-up
 of ``--warm`` messages (sent, received, acked; not recorded), then ``--messages`` sends one per
-call, then receives of 32 and one AckMessage per message until all are acked.
+call (``--body`` bytes each, 256 as in ``bench.fronts``), then receives of 32 and one AckMessage
+per message until all are acked.
 
 Figures: microseconds of CPU of the calling thread (``time.thread_time``: it does not count time
 spent waiting for a core, so neighbours on the machine move it little) per send, per received
@@ -40,7 +41,7 @@ TOPIC = "BenchHandlers"
 GROUP = "BenchHandlersGroup"
 BATCH = 32
 INVISIBLE_S = 30
-BODY = b"x" * 1024
+BODY_BYTES = 256  # bench.fronts' default body
 OK = pb.Code.Value("OK")
 
 
@@ -64,13 +65,13 @@ class Context:
         raise RuntimeError(f"aborted: {code} {details}")
 
 
-def send_request(n: int) -> bytes:
+def send_request(n: int, body: bytes) -> bytes:
     """A SendMessageRequest as ``Producer.send`` builds it (one message, tag, a V1 id)."""
     req = svc.SendMessageRequest()
     msg = req.messages.add()
     msg.topic.name = TOPIC
     msg.topic.resource_namespace = ""
-    msg.body = BODY
+    msg.body = body
     sp = msg.system_properties
     sp.tag = "bench"
     sp.message_id = f"01{os.getpid() & 0xFFFF:04X}{time.time_ns() & ((1 << 64) - 1):016X}{n:012X}"
@@ -147,8 +148,9 @@ class Driver:
             raise RuntimeError(f"ack failed: {response.status}")
 
 
-async def _exchange(driver: Driver, n: int, first: int, timed: bool) -> dict[str, float]:
-    sends = [send_request(first + i) for i in range(n)]
+async def _exchange(driver: Driver, n: int, first: int, timed: bool, body: bytes
+                    ) -> dict[str, float]:
+    sends = [send_request(first + i, body) for i in range(n)]
     receive = receive_request()
     cpu, proc = time.thread_time, time.process_time
     with settled_gc():
@@ -182,7 +184,7 @@ async def _exchange(driver: Driver, n: int, first: int, timed: bool) -> dict[str
             "receive_ack_process_us": round(consume_proc * us, 2)}
 
 
-def one_round(n: int, warm: int) -> dict[str, float]:
+def one_round(n: int, warm: int, body: bytes) -> dict[str, float]:
     with scratch_dir(prefix="grpc-handlers-") as d:
         with Broker.open(d / "data", BrokerConfig(), clock=SystemClock()) as broker:
             broker.start()
@@ -194,18 +196,19 @@ def one_round(n: int, warm: int) -> dict[str, float]:
                 async def run() -> dict[str, float]:
                     with ThreadPoolExecutor(8, thread_name_prefix="grpc-broker") as executor:
                         driver = Driver(MessagingService(broker, pop, executor, endpoints))
-                        await _exchange(driver, warm, 0, timed=False)
-                        return await _exchange(driver, n, warm, timed=True)
+                        await _exchange(driver, warm, 0, False, body)
+                        return await _exchange(driver, n, warm, True, body)
 
                 return asyncio.run(run())
             finally:
                 pop.close()
 
 
-def bench(n: int, rounds: int, warm: int) -> dict:
-    runs = [one_round(n, warm) for _ in range(rounds)]
+def bench(n: int, rounds: int, warm: int, body_bytes: int) -> dict:
+    body = b"x" * body_bytes
+    runs = [one_round(n, warm, body) for _ in range(rounds)]
     names = runs[0].keys()
-    return {"messages": n, "rounds": rounds, "warm": warm, "body_bytes": len(BODY),
+    return {"messages": n, "rounds": rounds, "warm": warm, "body_bytes": body_bytes,
             "median": {k: round(median([r[k] for r in runs]), 2) for k in names},
             "runs": runs}
 
@@ -215,9 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--warm", type=int, default=500)
+    parser.add_argument("--body", type=int, default=BODY_BYTES, help="body bytes")
     parser.add_argument("--results-dir", type=Path, default=None)
     args = parser.parse_args(argv)
-    result = bench(args.messages, args.rounds, args.warm)
+    result = bench(args.messages, args.rounds, args.warm, args.body)
     path = write_result("grpc_handlers", result, args.results_dir)
     m = result["median"]
     print(f"µs of thread CPU per message (medians of {args.rounds} rounds of "
