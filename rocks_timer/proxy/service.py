@@ -223,17 +223,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- consuming -------------------------------------------------------------------------------
     async def ReceiveMessage(self, request, context):
-        with self.limits.hold(context.peer(), CALLS) as admitted:
-            if not admitted:
-                yield svc.ReceiveMessageResponse(status=status(Code.TOO_MANY_REQUESTS,
-                                                               self.limits.refusal(CALLS)))
-                return
-            # closed with this generator, so the poll's own clean-up runs at once
-            async with aclosing(self._receive_stream(request, context)) as responses:
-                async for response in responses:
-                    yield response
-
-    async def _receive_stream(self, request, context):
+        """One generator for the whole stream (a wrapping generator cost a step per message):
+        its ``finally`` ends the poll and frees the connection's call slot as soon as the
+        stream ends or is cancelled."""
+        limits, peer = self.limits, context.peer()
+        if not limits.take(peer, CALLS):
+            yield svc.ReceiveMessageResponse(status=status(Code.TOO_MANY_REQUESTS,
+                                                           limits.refusal(CALLS)))
+            return
         poll = _Poll()
         client = _client_id(context)
         self.polls.setdefault(client, set()).add(poll)
@@ -262,6 +259,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 mine.discard(poll)
                 if not mine:
                     del self.polls[client]
+            limits.release(peer, CALLS)
 
     async def _receive(self, request, context, poll: "_Poll"):
         group = convert.group_name(request.group)
