@@ -23,8 +23,11 @@ debian = @if $(2); then :; \
 # path (rocks_timer_checkout.pth), so its tools run as `python -m bench.x`, `python -m spark.x`,
 # `python -m cli.main` from any directory; `pip install .` installs none of those three
 # (docs/DECISIONS.md "Packaging").
+# nghttp2's header first: the gRPC front's native HTTP/2 codec (rocks_timer/_native/h2.c) is built
+# only where it is installed; without it the front serves through grpcio (docs/FRONTS.md).
 $(STAMP): pyproject.toml setup.py $(wildcard rocks_timer/_native/*.c rocks_timer/_native/*.h)
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
+	$(call debian,the nghttp2 header for the native HTTP/2 codec,[ -e /usr/include/nghttp2/nghttp2.h ],libnghttp2-dev)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,grpc,spark]'

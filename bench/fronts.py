@@ -59,13 +59,14 @@ START_TIMEOUT_S = 60.0
 class Rtimer:
     """``rtimer run`` with both fronts on free loopback ports; its output goes to a file."""
 
-    def __init__(self, data: Path, home: Path):
+    def __init__(self, data: Path, home: Path, grpc_server: str = "auto"):
         data.parent.mkdir(parents=True, exist_ok=True)
         self.log = data.parent / "rtimer.out"
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "cli.main", "--data-dir", str(data), "run",
-                 "--grpc-listen", "127.0.0.1:0", "--remoting-listen", "127.0.0.1:0"],
+                 "--grpc-listen", "127.0.0.1:0", "--remoting-listen", "127.0.0.1:0",
+                 "--grpc-server", grpc_server],
                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
                 env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(home)))
         self.grpc_port = self.remoting_port = 0
@@ -176,7 +177,7 @@ def _remoting_round(namesrv: str, topic: str, n: int, body: int, log_root: Path,
 
 
 def run(scratch: Path, n: int, rounds: int, body_bytes: int, warm: int, skip_rocketmq: bool,
-        fronts: tuple[str, ...]) -> dict:
+        fronts: tuple[str, ...], grpc_server: str = "auto") -> dict:
     home = Path(tempfile.mkdtemp(prefix="bench-fronts-home-"))
     log_root = home / "java-logs"
     mq = import_client(home)
@@ -185,7 +186,7 @@ def run(scratch: Path, n: int, rounds: int, body_bytes: int, warm: int, skip_roc
     remoting_topics = [f"BenchFrontsRemoting{r}" for r in range(rounds)]
     remoting_warm = "BenchFrontsRemotingWarm"
     cluster = None
-    rtimer = Rtimer(scratch / "rt", home)  # short: the socket path has a limit
+    rtimer = Rtimer(scratch / "rt", home, grpc_server)  # short: the socket path has a limit
     try:
         targets = {"rtimer": {"grpc": f"127.0.0.1:{rtimer.grpc_port}",
                               "namesrv": f"127.0.0.1:{rtimer.remoting_port}",
@@ -289,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
                         "and receive+acks; remoting: one bench run)")
     parser.add_argument("--fronts", default="grpc,remoting",
                         help="comma-separated: grpc, remoting (default both)")
+    parser.add_argument("--grpc-server", choices=("auto", "native", "grpcio"), default="auto",
+                        help="rtimer's gRPC transport (rtimer run --grpc-server; default auto)")
     parser.add_argument("--skip-rocketmq", action="store_true", help="measure rtimer only")
     parser.add_argument("--results-dir", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -307,8 +310,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     with scratch_dir(args.results_dir and args.results_dir / "tmp", "bench-fronts-") as scratch:
         figures = run(scratch, args.messages, args.rounds, args.body, args.warm,
-                      args.skip_rocketmq, fronts)
+                      args.skip_rocketmq, fronts, args.grpc_server)
     result = {"messages": args.messages, "rounds": args.rounds, "body_bytes": args.body,
+              "grpc_server": args.grpc_server,
               "warm": args.warm, "clients": {"grpc": "rocketmq-python-client 5.1.2",
                                              "remoting": "rocketmq-client 4.9.8 (Java)"},
               "rocketmq": None if args.skip_rocketmq else "5.5.1 (bench/rocketmq/pom.xml)",

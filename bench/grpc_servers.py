@@ -1,9 +1,11 @@
-"""``python -m bench.grpc_servers``: what one unary call costs in grpc's two Python servers.
+"""``python -m bench.grpc_servers``: what one unary call costs in grpc's two Python servers and in
+the gRPC front's native transport.
 
 The question of issue 26 (point 3): would grpc's sync server (``grpc.server`` with a thread pool)
-serve the official client's calls with less CPU than ``grpc.aio``, which the gRPC front uses?
-Both servers here serve the same minimal ``MessagingService`` (routes, heartbeats, Telemetry
-settings, and a SendMessage that stores nothing and answers OK), each in its own subprocess;
+serve the official client's calls with less CPU than ``grpc.aio``? And what does the front's own
+transport (``native``: rocks_timer/proxy/native_server.py over the nghttp2 codec) cost per call?
+The three serve the same minimal ``MessagingService`` (routes, heartbeats, Telemetry settings,
+and a SendMessage that stores nothing and answers OK), each in its own subprocess;
 the official Python client (rocketmq-python-client 5.1.2) in a second subprocess sends
 ``--messages`` messages one call at a time, after 300 warm-up sends. Printed per server and
 round: sends/s and the server process's CPU per send (``/proc/<pid>/stat``). Rounds alternate
@@ -26,7 +28,7 @@ from pathlib import Path
 from bench.common import RESULTS, import_client, median, process_cpu_s, write_result
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVERS = ("aio", "sync")
+SERVERS = ("aio", "sync", "native")  # native: the front's own transport (proxy/native_server.py)
 WARM = 300
 
 
@@ -100,6 +102,20 @@ def serve(kind: str, workers: int) -> None:
         server.stop(1)
         return
 
+    async def native() -> None:
+        import socket
+        from rocks_timer.proxy import native_server
+        from rocks_timer.proxy.protocol import svc
+        listener = socket.create_server(("127.0.0.1", 0))
+        server = native_server.NativeServer(
+            native_server.methods_of(svc.DESCRIPTOR.services_by_name["MessagingService"],
+                                     servicer),
+            max_message=4 << 20, max_calls=1000, idle_s=600.0)
+        await server.start(listener)
+        print(f"PORT {listener.getsockname()[1]}", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        await server.stop(1)
+
     async def main() -> None:
         server = grpc.aio.server()
         stubs.add_MessagingServiceServicer_to_server(servicer, server)
@@ -108,7 +124,7 @@ def serve(kind: str, workers: int) -> None:
         print(f"PORT {port}", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
         await server.stop(1)
-    asyncio.run(main())
+    asyncio.run(native() if kind == "native" else main())
 
 
 def client(port: int, messages: int) -> None:

@@ -20,6 +20,11 @@ from .remote import BrokerSocketServer, socket_path
               help="Serve the RocketMQ 5 gRPC protocol (the official clients) here; port 0 "
                    "picks a free port; 'off' disables it. Default 127.0.0.1:8081 (skipped "
                    "with a warning if that port is taken).")
+@click.option("--grpc-server", type=click.Choice(["auto", "native", "grpcio"]), default="auto",
+              show_default=True,
+              help="The gRPC front's transport: native (HTTP/2 by libnghttp2, on the front's "
+                   "event loop), grpcio (grpc.aio), or auto (native when it is built, else "
+                   "grpcio with a warning).")
 @click.option("--remoting-listen", metavar="HOST:PORT|off", default=None,
               help="Serve RocketMQ's 4.x remoting protocol (NameServer and broker on one "
                    "port: set a 4.x client's namesrvAddr to it); port 0 picks a free port; "
@@ -40,7 +45,8 @@ from .remote import BrokerSocketServer, socket_path
               help="A label on every metric (repeatable), e.g. cluster=prod or node_id=b1 "
                    "(defaults: cluster=DefaultCluster, node_type=broker, node_id=<hostname>).")
 @click.pass_obj
-def run(settings: Settings, grpc_listen: str | None, remoting_listen: str | None,
+def run(settings: Settings, grpc_listen: str | None, grpc_server: str,
+        remoting_listen: str | None,
         namesrv_addr: str | None, broker_name: str | None, metrics_listen: str | None,
         dashboard: bool, metrics_labels: tuple[str, ...]) -> None:
     """Run the broker in the foreground until SIGTERM or Ctrl-C.
@@ -72,7 +78,7 @@ def run(settings: Settings, grpc_listen: str | None, remoting_listen: str | None
                            f"{socket_path(settings.data_dir)}; Ctrl-C or SIGTERM stops it")
                 front = metrics = remoting = None
                 try:
-                    front = grpc_front.start(broker, grpc_listen)
+                    front = grpc_front.start(broker, grpc_listen, grpc_server)
                     remoting = remoting_front.start(broker, remoting_listen, namesrv_addr,
                                                     broker_name)
                     fronts = {"socket": sock_server.request_counts}

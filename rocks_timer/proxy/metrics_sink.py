@@ -27,6 +27,13 @@ class MetricsSink(metrics_service_pb2_grpc.MetricsServiceServicer if AVAILABLE e
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
+def service_descriptor():
+    """The MetricsService's descriptor (for the native transport's dispatch table), or None."""
+    if not AVAILABLE:
+        return None
+    return metrics_service_pb2.DESCRIPTOR.services_by_name["MetricsService"]
+
+
 def add_to_server(server) -> MetricsSink | None:
     if not AVAILABLE:
         return None

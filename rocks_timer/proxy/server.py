@@ -1,7 +1,11 @@
 """``GrpcFront``: runs the RocketMQ 5 gRPC service for one open Broker on its own thread.
 
-The server is ``grpc.aio`` on a private event loop (one thread; Telemetry streams and long polls
-are cheap coroutines there), with the blocking broker calls on a small thread pool. It is bounded
+The server runs on a private event loop (one thread; Telemetry streams and long polls are cheap
+coroutines there), with the blocking broker calls on a small thread pool. Two transports serve
+the same handlers (``MessagingService``): ``native`` (``native_server``: HTTP/2 by libnghttp2 in
+C, driven by this loop; about a third of grpcio's CPU per call here) and ``grpcio``
+(``grpc.aio``, the reference and the fallback where the native codec is not built).
+``auto`` picks native when it is built, and logs when it falls back. It is bounded
 like every other way in (ARCHITECTURE §4): concurrent RPCs, in all and per client connection
 (``limits.PeerLimits``: one client cannot take every slot), request size (twice the maximum
 body plus room for properties; a body over the broker's maximum is answered
@@ -11,21 +15,42 @@ broker asking for a port in use fails instead of silently sharing it.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
 from rocks_timer import listen
 from rocks_timer.errors import ConfigError
 from rocks_timer.pop import PopService
-from rocks_timer.proxy import metrics_sink
-from rocks_timer.proxy.protocol import pb, service_pb2_grpc
+from rocks_timer.proxy import metrics_sink, native_server
+from rocks_timer.proxy.protocol import pb, service_pb2_grpc, svc
 
 import grpc  # after protocol, which says which extra to install when it is missing
 from rocks_timer.proxy.service import MessagingService
 
+log = logging.getLogger(__name__)
 DEFAULT_LISTEN = "127.0.0.1:8081"
 MAX_CONCURRENT_RPCS = 1_000
+MAX_CONNECTIONS = 1_000           # the native transport's (grpcio has no such bound)
 IDLE_CONNECTION_MS = 600_000
+TRANSPORTS = ("auto", "native", "grpcio")
+
+
+def pick_transport(choice: str) -> str:
+    """``auto`` → native when its codec is built, else grpcio (logged); ``native`` without the
+    codec is a ConfigError."""
+    if choice not in TRANSPORTS:
+        raise ConfigError(f"--grpc-server must be one of {', '.join(TRANSPORTS)}, not {choice!r}")
+    if choice == "grpcio" or (choice == "auto" and not native_server.AVAILABLE):
+        if choice == "auto":
+            log.warning("the native HTTP/2 codec (rocks_timer._native.h2) is not built (nghttp2's"
+                        " header was missing at install: apt-get install libnghttp2-dev, then "
+                        "reinstall); the gRPC front serves through grpcio")
+        return "grpcio"
+    if not native_server.AVAILABLE:
+        raise ConfigError("--grpc-server native: the native HTTP/2 codec is not built (install "
+                          "libnghttp2-dev, then reinstall rocks-timer)")
+    return "native"
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:
@@ -63,14 +88,34 @@ def _probe(host: str, port: int) -> None:
             raise ConfigError(exc.strerror or str(exc)) from None
 
 
+def _listener(host: str, port: int) -> socket.socket:
+    """The native transport's listening socket (SO_REUSEADDR as grpc sets it, no port reuse)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ConfigError(f"cannot resolve {host!r}: {exc}") from None
+    family, kind, proto, _, address = infos[0]
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(1024)
+    except OSError as exc:
+        listener.close()
+        raise ConfigError(exc.strerror or str(exc)) from None
+    return listener
+
+
 class GrpcFront:
     """Serves ``apache.rocketmq.v2.MessagingService`` for ``broker`` on ``host:port``."""
 
-    def __init__(self, broker, host: str, port: int, *, workers: int = 8):
+    def __init__(self, broker, host: str, port: int, *, workers: int = 8,
+                 transport: str = "auto"):
         self.broker = broker
         self.host = host
         self.port = port
         self.workers = workers
+        self.transport = pick_transport(transport)
         self.pop: PopService | None = None
         self.service: MessagingService | None = None
         self.sink = None
@@ -91,8 +136,14 @@ class GrpcFront:
             raise
         return self
 
+    def _message_limit(self) -> int:
+        return 2 * self.broker.config.max_message_size + (1 << 20)
+
     async def _serve(self) -> None:
-        limit = 2 * self.broker.config.max_message_size + (1 << 20)
+        if self.transport == "native":
+            await self._serve_native()
+            return
+        limit = self._message_limit()
         server = grpc.aio.server(
             options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", limit),
                      ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS)],
@@ -112,6 +163,26 @@ class GrpcFront:
                                             metrics=self.sink is not None)
             service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
             await server.start()
+            self._serving.ready()
+            await self._serving.stopping()
+            await server.stop(grace=1.0)
+
+    async def _serve_native(self) -> None:
+        listener = _listener(self.host, self.port)
+        self.port = listener.getsockname()[1]
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="grpc-broker") as executor:
+            self.sink = metrics_sink.MetricsSink() if metrics_sink.AVAILABLE else None
+            self.service = MessagingService(self.broker, self.pop, executor,
+                                            _endpoints(self.host, self.port),
+                                            metrics=self.sink is not None)
+            methods = native_server.methods_of(
+                svc.DESCRIPTOR.services_by_name["MessagingService"], self.service)
+            if self.sink is not None:
+                methods += native_server.methods_of(metrics_sink.service_descriptor(), self.sink)
+            server = native_server.NativeServer(
+                methods, max_message=self._message_limit(), max_calls=MAX_CONCURRENT_RPCS,
+                idle_s=IDLE_CONNECTION_MS / 1000, max_connections=MAX_CONNECTIONS)
+            await server.start(listener)
             self._serving.ready()
             await self._serving.stopping()
             await server.stop(grace=1.0)

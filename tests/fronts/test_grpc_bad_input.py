@@ -8,7 +8,7 @@ import secrets
 import grpc
 import pytest
 
-from tests.support.grpc_support import BrokerProcess
+from tests.support.grpc_support import TRANSPORTS, BrokerProcess
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc
@@ -17,11 +17,13 @@ Code = pb.Code
 MAX_BODY = 64 * 1024
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def broker(tmp_path_factory, request):
+    """Both transports of the front (native HTTP/2, and grpcio)."""
     conf = tmp_path_factory.mktemp("bad-conf") / "broker.toml"
     conf.write_text(f"max_message_size = {MAX_BODY}\ncommitlog_segment_size = 1048576\n")
-    proc = BrokerProcess(tmp_path_factory.mktemp("bad-data"), "--config", str(conf)).start()
+    proc = BrokerProcess(tmp_path_factory.mktemp("bad-data"), "--config", str(conf),
+                         transport=request.param).start()
     yield proc
     output = proc.stop()
     assert "Traceback" not in output, output

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.support.grpc_support import (ROOT, BrokerProcess, bad_log_lines, config, log_offset, message,
+from tests.support.grpc_support import (ROOT, TRANSPORTS, BrokerProcess, bad_log_lines, config, log_offset, message,
                           receive_until)
 import rocketmq
 from rocketmq import ConsumeResult, FilterExpression, MessageListener, Producer, PushConsumer
@@ -24,11 +24,13 @@ from rocketmq.v5.exception import BadRequestException, NotFoundException, Unsupp
 MAX_DELAY_S = 3600
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def broker(tmp_path_factory, request):
+    """Every test runs against both transports of the front (native HTTP/2, and grpcio)."""
     conf = tmp_path_factory.mktemp("grpc-conf") / "broker.toml"
     conf.write_text(f"timer_max_delay_sec = {MAX_DELAY_S}\n")
-    proc = BrokerProcess(tmp_path_factory.mktemp("grpc-data"), "--config", str(conf)).start()
+    proc = BrokerProcess(tmp_path_factory.mktemp("grpc-data"), "--config", str(conf),
+                         transport=request.param).start()
     yield proc
     output = proc.stop()
     assert "Traceback" not in output, output

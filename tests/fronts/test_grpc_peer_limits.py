@@ -11,7 +11,7 @@ import secrets
 import grpc
 import pytest
 
-from tests.support.grpc_support import BrokerProcess
+from tests.support.grpc_support import TRANSPORTS, BrokerProcess
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as svc
 from rocketmq.grpc_protocol import service_pb2_grpc
@@ -26,9 +26,10 @@ DEADLINE_S = 60.0
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("limits-data")).start()
+@pytest.fixture(scope="module", params=TRANSPORTS)
+def broker(tmp_path_factory, request):
+    """Both transports of the front (native HTTP/2, and grpcio)."""
+    proc = BrokerProcess(tmp_path_factory.mktemp("limits-data"), transport=request.param).start()
     yield proc
     output = proc.stop()
     assert "Traceback" not in output, output

@@ -35,12 +35,17 @@ CLIENT_LOG = CLIENT_HOME / "logs" / "rocketmq_python" / "rocketmq_client.log"
 _LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
 
 
-class BrokerProcess:
-    """One ``rtimer run`` subprocess on ``data_dir`` with the gRPC front on a free port."""
+TRANSPORTS = ("native", "grpcio")  # the gRPC front's two (rtimer run --grpc-server)
 
-    def __init__(self, data_dir: Path, *extra: str):
+
+class BrokerProcess:
+    """One ``rtimer run`` subprocess on ``data_dir`` with the gRPC front on a free port;
+    ``transport`` picks the front's transport (None: rtimer's default, auto)."""
+
+    def __init__(self, data_dir: Path, *extra: str, transport: str | None = None):
         self.data_dir = Path(data_dir)
         self.extra = extra
+        self.transport = transport
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self.output: list[str] = []
@@ -49,7 +54,8 @@ class BrokerProcess:
         env = dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(CLIENT_HOME))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "--data-dir", str(self.data_dir), *self.extra,
-             "run", "--grpc-listen", "127.0.0.1:0", "--remoting-listen", "off"],
+             "run", "--grpc-listen", "127.0.0.1:0", "--remoting-listen", "off",
+             *(("--grpc-server", self.transport) if self.transport else ())],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
         # printed once the port is bound, after the "broker running" line
         self.port = int(wait_listening(self.proc, _LISTENING, self.output).group(1))

@@ -34,13 +34,14 @@ def test_bench_fronts_smoke_rtimer_side(tmp_path, capsys):
 
 
 def test_bench_grpc_servers_smoke(tmp_path):
-    """``bench.grpc_servers`` (grpc.aio against grpc's sync server, same minimal service, the
-    official client) runs both servers and writes a rate and a CPU figure for each."""
+    """``bench.grpc_servers`` (grpc.aio, grpc's sync server and the front's native transport,
+    same minimal service, the official client) runs every server and writes a rate and a CPU
+    figure for each."""
     from bench import grpc_servers
     assert grpc_servers.main(["--messages", "20", "--rounds", "2",
                               "--results-dir", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "grpc_servers.json").read_text())
-    for kind in ("aio", "sync"):
+    for kind in ("aio", "sync", "native"):
         assert len(result["rounds"][kind]) == 2
         assert all(r["sends_per_s"] > 0 for r in result["rounds"][kind])
         assert result["median"][kind]["server_cpu_ms_per_send"] >= 0
