@@ -10,14 +10,13 @@ message.
 """
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import re
 from dataclasses import dataclass
 
 from rocks_timer.errors import InvalidHandleError
-from rocks_timer.timer.handles import Handle, TOPIC_PATTERN
+from rocks_timer.timer.handles import TOPIC_PATTERN, Handle, b64url_decode
 
 VERSION = "r1"
 GROUP_PATTERN = re.compile(r"^[%a-zA-Z0-9_-]{1,255}$")
@@ -73,7 +72,7 @@ class ReceiptHandle:
         if not isinstance(handle, str) or not handle or len(handle) > _MAX_HANDLE:
             raise InvalidHandleError(f"receipt handle {str(handle)[:80]!r} is not one of ours")
         try:
-            text = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4)).decode("ascii")
+            text = b64url_decode(handle).decode("ascii")
         except (binascii.Error, UnicodeError, ValueError):
             raise InvalidHandleError(f"receipt handle {handle[:80]!r} is not base64url") from None
         parts = text.split(" ")
