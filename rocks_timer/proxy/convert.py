@@ -91,22 +91,25 @@ def from_proto(m: "pb.Message", max_body: int) -> Message:
     if len(body) > max_body:
         raise ProxyError(Code.MESSAGE_BODY_TOO_LARGE, f"message body of {len(body)}+ bytes "
                          f"exceeds the maximum of {max_body} bytes")
-    props = dict(m.user_properties)
-    reserved = sorted(RESERVED & set(props))
-    if reserved:
-        raise ProxyError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                         f"property names {', '.join(reserved)} are reserved by RocketMQ")
+    user = m.user_properties
+    props = dict(user) if user else {}
+    if props:
+        reserved = sorted(RESERVED & props.keys())
+        if reserved:
+            raise ProxyError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                             f"property names {', '.join(reserved)} are reserved by RocketMQ")
     if sp.HasField("tag"):
-        if not sp.tag.strip() or "|" in sp.tag:
-            raise ProxyError(Code.ILLEGAL_MESSAGE_TAG, f"tag {sp.tag[:80]!r} is blank or has '|'")
-        props[TAGS] = sp.tag
-    keys = [k for k in sp.keys]
-    for key in keys:  # the library's rule, which find and recall-by-key apply too
-        try:
-            validate_key(key)
-        except InvalidMessageError as exc:
-            raise ProxyError(Code.ILLEGAL_MESSAGE_KEY, str(exc)) from None
-    if keys:
+        tag = sp.tag
+        if not tag.strip() or "|" in tag:
+            raise ProxyError(Code.ILLEGAL_MESSAGE_TAG, f"tag {tag[:80]!r} is blank or has '|'")
+        props[TAGS] = tag
+    if sp.keys:
+        keys = list(sp.keys)
+        for key in keys:  # the library's rule, which find and recall-by-key apply too
+            try:
+                validate_key(key)
+            except InvalidMessageError as exc:
+                raise ProxyError(Code.ILLEGAL_MESSAGE_KEY, str(exc)) from None
         props[KEYS] = " ".join(keys)
     props[UNIQ_KEY] = internal_id(sp.message_id)
     if sp.HasField("delivery_timestamp"):
