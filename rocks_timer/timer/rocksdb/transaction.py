@@ -16,7 +16,8 @@ one, claim's set-aside, completion, cancel, cancel by key, reconcile, reschedule
 restore of set-aside messages) goes through here; so to change what a cancel does to the due
 counters, change ``IndexChanges.removed`` (keyindex.py) or ``DueCounters.stage`` (duecount.py),
 never a write site. The single send of a new key has its own short path
-(:meth:`Writer.send_one`), the same order without a batch's bookkeeping.
+(:meth:`Writer.send_one`), the same order without a batch's bookkeeping, and so has the cancel of
+one key in a store without KEYS entries (:meth:`Writer.cancel_one`: a pop's ack, a recall).
 """
 from __future__ import annotations
 
