@@ -10,20 +10,20 @@ message.
 """
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import re
 from dataclasses import dataclass
 
 from rocks_timer.errors import InvalidHandleError
-from rocks_timer.timer.handles import Handle, TOPIC_PATTERN
+from rocks_timer.timer.handles import TOPIC_PATTERN, Handle, b64url_decode
 
 VERSION = "r1"
 GROUP_PATTERN = re.compile(r"^[%a-zA-Z0-9_-]{1,255}$")
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 _MAX_HANDLE = 1200
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
 
 
 def retry_topic(group: str, topic: str) -> str:
@@ -53,7 +53,9 @@ class ReceiptHandle:
     def encode(self) -> str:
         text = (f"{VERSION} {self.group} {self.topic} {self.commitlog_offset} {self.size} "
                 f"{self.timer_handle}")
-        return base64.urlsafe_b64encode(text.encode("ascii")).rstrip(b"=").decode("ascii")
+        # one per popped message: binascii and a translation, not base64's wrappers
+        return binascii.b2a_base64(text.encode("ascii"), newline=False).translate(
+            _URLSAFE).rstrip(b"=").decode("ascii")
 
     @property
     def timer(self) -> Handle:
@@ -61,10 +63,16 @@ class ReceiptHandle:
 
     @classmethod
     def decode(cls, handle: object) -> "ReceiptHandle":
+        return cls.parse(handle)[0]
+
+    @classmethod
+    def parse(cls, handle: object) -> "tuple[ReceiptHandle, Handle]":
+        """The receipt handle and its decoded timer handle (decoded once: an ack needs both);
+        InvalidHandleError when either is malformed."""
         if not isinstance(handle, str) or not handle or len(handle) > _MAX_HANDLE:
             raise InvalidHandleError(f"receipt handle {str(handle)[:80]!r} is not one of ours")
         try:
-            text = base64.urlsafe_b64decode(handle + "=" * (-len(handle) % 4)).decode("ascii")
+            text = b64url_decode(handle).decode("ascii")
         except (binascii.Error, UnicodeError, ValueError):
             raise InvalidHandleError(f"receipt handle {handle[:80]!r} is not base64url") from None
         parts = text.split(" ")
@@ -74,19 +82,20 @@ class ReceiptHandle:
         if (not GROUP_PATTERN.match(group) or not TOPIC_PATTERN.match(topic)
                 or not offset.isdigit() or not size.isdigit()):
             raise InvalidHandleError(f"receipt handle {handle[:80]!r} has a malformed field")
-        parsed = cls(group, topic, int(offset), int(size), timer_handle)
-        parsed.timer  # noqa: B018 - raises InvalidHandleError when malformed
-        return parsed
+        timer = Handle.decode(timer_handle)  # raises InvalidHandleError when malformed
+        return cls(group, topic, int(offset), int(size), timer_handle), timer
 
-    def check(self, group: str, topic: str) -> Handle:
-        """The timer handle, once the handle is known to belong to ``group`` and ``topic``."""
+    def check(self, group: str, topic: str, timer: Handle | None = None) -> Handle:
+        """The timer handle (``timer``: decoded already by :meth:`parse`), once the handle is
+        known to belong to ``group`` and ``topic``."""
         if self.group != group:
             raise InvalidHandleError(f"receipt handle was issued to group {self.group!r}, "
                                      f"not {group!r}")
         if self.topic != topic:
             raise InvalidHandleError(f"receipt handle was issued for topic {self.topic!r}, "
                                      f"not {topic!r}")
-        timer = self.timer
-        if timer.topic not in (retry_topic(group, topic), dlq_topic(group)):
+        if timer is None:
+            timer = self.timer
+        if timer.topic != retry_topic(group, topic) and timer.topic != dlq_topic(group):
             raise InvalidHandleError("receipt handle does not name an invisibility record")
         return timer

@@ -139,10 +139,12 @@ class PopService:
                 self.offsets.commit(updates)  # skipped (filtered or expired) entries
                 return []
             now = self.broker.clock.now_ms()
+            due_at = now + invisible_ms
+            targets = self._targets(group, topic)
             records, seen = [], set()
             for msg, _ in taken:
-                due = now + invisible_ms
-                target = self._target(group, topic, msg, max_attempts)
+                due = due_at
+                target = self._target(targets, msg, max_attempts)
                 while (due, target, msg.msg_id) in seen:
                     due += 1  # two copies of one id: keep their keys apart
                 seen.add((due, target, msg.msg_id))
@@ -188,9 +190,14 @@ class PopService:
             updates[(group, topic, queue_id)] = offset
 
     @staticmethod
-    def _target(group: str, topic: str, msg: Message, max_attempts: int) -> str:
-        attempt = msg.reconsume_times + 1
-        return dlq_topic(group) if attempt >= max_attempts else retry_topic(group, topic)
+    def _targets(group: str, topic: str) -> tuple[str, str]:
+        return retry_topic(group, topic), dlq_topic(group)
+
+    @staticmethod
+    def _target(targets: tuple[str, str], msg: Message, max_attempts: int) -> str:
+        """Where the next delivery of ``msg`` goes: the retry topic of ``targets`` (retry,
+        dead-letter), or the dead-letter topic once this delivery is the last attempt."""
+        return targets[1] if msg.reconsume_times + 1 >= max_attempts else targets[0]
 
     @staticmethod
     def _revive_copy(topic: str, msg: Message, target: str) -> Message:
@@ -207,8 +214,11 @@ class PopService:
     def ack(self, group: str, topic: str, receipt_handle: str) -> None:
         """Forget a popped message. Raises ReceiptExpiredError if its invisible time is over
         (it was or is being delivered again) or it was acked already."""
-        timer = ReceiptHandle.decode(receipt_handle).check(group, topic)
-        if not self.broker.unpark(timer.encode()):
+        receipt, timer = ReceiptHandle.parse(receipt_handle)
+        receipt.check(group, topic, timer)
+        # the handle as the client gave it: every engine decodes a handle to the key it names
+        # (a re-encoded copy would name the same key)
+        if not self.broker.unpark(receipt.timer_handle):
             self.expired_acks += 1
             raise ReceiptExpiredError("receipt handle expired: the message is being delivered "
                                       "again, or was acked already")
@@ -233,7 +243,7 @@ class PopService:
         due = now + invisible_ms
         if due == old.due_ms:
             due += 1  # the new key must differ from the one cancelled below
-        target = self._target(group, topic, msg, max_attempts)
+        target = self._target(self._targets(group, topic), msg, max_attempts)
         [fresh] = self.broker.park([TimerRecord(due, self._revive_copy(topic, msg, target))],
                                    now)
         if not self.broker.unpark(old.encode(), now):

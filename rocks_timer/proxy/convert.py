@@ -91,22 +91,25 @@ def from_proto(m: "pb.Message", max_body: int) -> Message:
     if len(body) > max_body:
         raise ProxyError(Code.MESSAGE_BODY_TOO_LARGE, f"message body of {len(body)}+ bytes "
                          f"exceeds the maximum of {max_body} bytes")
-    props = dict(m.user_properties)
-    reserved = sorted(RESERVED & set(props))
-    if reserved:
-        raise ProxyError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                         f"property names {', '.join(reserved)} are reserved by RocketMQ")
+    user = m.user_properties
+    props = dict(user) if user else {}
+    if props:
+        reserved = sorted(RESERVED & props.keys())
+        if reserved:
+            raise ProxyError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                             f"property names {', '.join(reserved)} are reserved by RocketMQ")
     if sp.HasField("tag"):
-        if not sp.tag.strip() or "|" in sp.tag:
-            raise ProxyError(Code.ILLEGAL_MESSAGE_TAG, f"tag {sp.tag[:80]!r} is blank or has '|'")
-        props[TAGS] = sp.tag
-    keys = [k for k in sp.keys]
-    for key in keys:  # the library's rule, which find and recall-by-key apply too
-        try:
-            validate_key(key)
-        except InvalidMessageError as exc:
-            raise ProxyError(Code.ILLEGAL_MESSAGE_KEY, str(exc)) from None
-    if keys:
+        tag = sp.tag
+        if not tag.strip() or "|" in tag:
+            raise ProxyError(Code.ILLEGAL_MESSAGE_TAG, f"tag {tag[:80]!r} is blank or has '|'")
+        props[TAGS] = tag
+    if sp.keys:
+        keys = list(sp.keys)
+        for key in keys:  # the library's rule, which find and recall-by-key apply too
+            try:
+                validate_key(key)
+            except InvalidMessageError as exc:
+                raise ProxyError(Code.ILLEGAL_MESSAGE_KEY, str(exc)) from None
         props[KEYS] = " ".join(keys)
     props[UNIQ_KEY] = internal_id(sp.message_id)
     if sp.HasField("delivery_timestamp"):
@@ -122,36 +125,57 @@ def timestamp(ms: int):
 
 def to_proto(popped: Popped, namespace: str, host: str) -> "pb.Message":
     """What a ReceiveMessage stream carries for one popped message."""
+    out = pb.Message()
+    fill_message(out, popped, namespace, host)
+    return out
+
+
+_DELAY, _NORMAL, _CRC32, _IDENTITY = pb.DELAY, pb.NORMAL, pb.CRC32, pb.IDENTITY
+
+
+def fill_message(out: "pb.Message", popped: Popped, namespace: str, host: str) -> None:
+    """``to_proto`` into an empty message: the one a response holds already, so the stream
+    writes each message once instead of building it and copying it into its response."""
     msg = popped.message
     props = msg.properties
-    out = pb.Message(body=msg.body)
-    out.topic.name = popped.topic
-    out.topic.resource_namespace = namespace
-    for name, value in props.items():
-        if name not in RESERVED:
-            out.user_properties[name] = value
+    body = msg.body
+    out.body = body
+    topic = out.topic
+    topic.name = popped.topic
+    topic.resource_namespace = namespace
+    user = {name: value for name, value in props.items() if name not in RESERVED}
+    if user:
+        out.user_properties.update(user)
     sp = out.system_properties
     if msg.tags:
         sp.tag = msg.tags
-    sp.keys.extend(msg.keys)
+    if msg.keys:
+        sp.keys.extend(msg.keys)
     sp.message_id = client_id(msg)
-    sp.body_digest.type = pb.CRC32
-    sp.body_digest.checksum = format(zlib.crc32(msg.body) & 0xFFFFFFFF, "08X")
-    sp.body_encoding = pb.IDENTITY
+    digest = sp.body_digest
+    digest.type = _CRC32
+    digest.checksum = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+    sp.body_encoding = _IDENTITY
     deliver = props.get(TIMER_DELIVER_MS)
-    sp.message_type = pb.DELAY if deliver or props.get(DELAY) else pb.NORMAL
+    sp.message_type = _DELAY if deliver or props.get(DELAY) else _NORMAL
     if msg.born_ms is not None:
-        sp.born_timestamp.CopyFrom(timestamp(msg.born_ms))
+        _set_timestamp(sp.born_timestamp, msg.born_ms)
     sp.born_host = host
     if msg.store_ms is not None:
-        sp.store_timestamp.CopyFrom(timestamp(msg.store_ms))
+        _set_timestamp(sp.store_timestamp, msg.store_ms)
     sp.store_host = host
     if deliver and deliver.lstrip("-").isdigit():
-        sp.delivery_timestamp.CopyFrom(timestamp(max(0, int(deliver))))
+        _set_timestamp(sp.delivery_timestamp, max(0, int(deliver)))
     sp.delivery_attempt = popped.delivery_attempt
     sp.receipt_handle = popped.receipt_handle
     sp.queue_id = msg.queue_id or 0
     sp.queue_offset = msg.queue_offset or 0
-    sp.invisible_duration.seconds = popped.invisible_ms // 1000
-    sp.invisible_duration.nanos = (popped.invisible_ms % 1000) * 1_000_000
-    return out
+    invisible = sp.invisible_duration
+    invisible.seconds, millis = divmod(popped.invisible_ms, 1000)
+    invisible.nanos = millis * 1_000_000
+
+
+def _set_timestamp(ts, ms: int) -> None:
+    """``ts.CopyFrom(timestamp(ms))`` without the temporary message."""
+    ts.seconds, millis = divmod(ms, 1000)
+    ts.nanos = millis * 1_000_000

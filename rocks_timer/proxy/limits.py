@@ -30,25 +30,41 @@ class PeerLimits:
         self._held: dict[str, Counter[str]] = {STREAMS: Counter(), CALLS: Counter()}
         self.refused: Counter[str] = Counter()  # by kind, since start
 
+    def take(self, peer: str, kind: str) -> bool:
+        """Hold one ``kind`` slot for ``peer``: False (holding nothing, the refusal counted)
+        when the peer holds its limit already. Each True is matched by one :meth:`release`."""
+        held = self._held[kind]
+        count = held.get(peer, 0)
+        if count >= self.limits[kind]:
+            self.refused[kind] += 1
+            return False
+        held[peer] = count + 1
+        return True
+
+    def release(self, peer: str, kind: str) -> None:
+        held = self._held[kind]
+        count = held[peer] - 1
+        if count:
+            held[peer] = count
+        else:
+            del held[peer]
+
     @contextmanager
     def hold(self, peer: str, kind: str | None) -> Iterator[bool]:
         """A block during which ``peer`` holds one ``kind`` slot; yields False (and holds
-        nothing) when the peer already holds its limit. ``kind`` None: not counted."""
+        nothing) when the peer already holds its limit. ``kind`` None: not counted. (The
+        unary handlers call :meth:`take` and :meth:`release` themselves: a generator-based
+        context manager costs more than the call it guards.)"""
         if kind is None:
             yield True
             return
-        held = self._held[kind]
-        if held[peer] >= self.limits[kind]:
-            self.refused[kind] += 1
+        if not self.take(peer, kind):
             yield False
             return
-        held[peer] += 1
         try:
             yield True
         finally:
-            held[peer] -= 1
-            if not held[peer]:
-                del held[peer]
+            self.release(peer, kind)
 
     def refusal(self, kind: str) -> str:
         return (f"this connection already holds {self.limits[kind]} {kind} (the limit per "

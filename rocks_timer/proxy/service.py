@@ -57,23 +57,29 @@ def answers(response: Callable[..., Any], handle_code: int = Code.INVALID_RECEIP
     """Turn any exception of a unary handler into ``response(status=...)``, and answer
     TOO_MANY_REQUESTS at once to a connection holding its limit of calls (``PeerLimits``;
     ``limited=False``: a call that must get through to end the others, as a termination)."""
+    kind = CALLS if limited else None
+
     def wrap(handler):
         name = handler.__name__
 
         @functools.wraps(handler)
         async def run(self, request, context):
             # counted on the front's event loop thread: no lock (the metrics read copies)
-            self.requests[name] = self.requests.get(name, 0) + 1
-            with self.limits.hold(context.peer(), CALLS if limited else None) as admitted:
-                if not admitted:  # refused at once: a failed request too
-                    self.errors[name] = self.errors.get(name, 0) + 1
-                    return response(status=status(Code.TOO_MANY_REQUESTS,
-                                                  self.limits.refusal(CALLS)))
-                try:
-                    return await handler(self, request, context)
-                except Exception as exc:  # noqa: BLE001 - every failure is a RocketMQ status
-                    self.errors[name] = self.errors.get(name, 0) + 1
-                    return response(status=from_exception(exc, handle_code))
+            requests = self.requests
+            requests[name] = requests.get(name, 0) + 1
+            limits = self.limits
+            peer = context.peer() if kind is not None else None
+            if kind is not None and not limits.take(peer, kind):
+                self.errors[name] = self.errors.get(name, 0) + 1  # refused at once: failed
+                return response(status=status(Code.TOO_MANY_REQUESTS, limits.refusal(CALLS)))
+            try:
+                return await handler(self, request, context)
+            except Exception as exc:  # noqa: BLE001 - every failure is a RocketMQ status
+                self.errors[name] = self.errors.get(name, 0) + 1
+                return response(status=from_exception(exc, handle_code))
+            finally:
+                if kind is not None:
+                    limits.release(peer, kind)
         return run
     return wrap
 
@@ -185,12 +191,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         max_body = self.broker.config.max_message_size
         messages = [convert.from_proto(m, max_body) for m in request.messages]
         results = await self.recent.send(messages, self._store)
-        entries = []
+        done = ok()
+        response = svc.SendMessageResponse(status=done)
+        add = response.entries.add
         for msg, result in zip(messages, results):
-            entries.append(svc.SendResultEntry(
-                status=ok(), message_id=convert.client_id(msg), offset=0,
-                recall_handle=result.handle or ""))
-        return svc.SendMessageResponse(status=ok(), entries=entries)
+            add(status=done, message_id=convert.client_id(msg), offset=0,
+                recall_handle=result.handle or "")
+        return response
 
     async def _store(self, messages):
         return await self.calls.short(self.broker.send_batch, messages)
@@ -216,17 +223,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     # -- consuming -------------------------------------------------------------------------------
     async def ReceiveMessage(self, request, context):
-        with self.limits.hold(context.peer(), CALLS) as admitted:
-            if not admitted:
-                yield svc.ReceiveMessageResponse(status=status(Code.TOO_MANY_REQUESTS,
-                                                               self.limits.refusal(CALLS)))
-                return
-            # closed with this generator, so the poll's own clean-up runs at once
-            async with aclosing(self._receive_stream(request, context)) as responses:
-                async for response in responses:
-                    yield response
-
-    async def _receive_stream(self, request, context):
+        """One generator for the whole stream (a wrapping generator cost a step per message):
+        its ``finally`` ends the poll and frees the connection's call slot as soon as the
+        stream ends or is cancelled."""
+        limits, peer = self.limits, context.peer()
+        if not limits.take(peer, CALLS):
+            yield svc.ReceiveMessageResponse(status=status(Code.TOO_MANY_REQUESTS,
+                                                           limits.refusal(CALLS)))
+            return
         poll = _Poll()
         client = _client_id(context)
         self.polls.setdefault(client, set()).add(poll)
@@ -240,10 +244,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 yield svc.ReceiveMessageResponse(status=wait_status)
                 return
             yield svc.ReceiveMessageResponse(status=ok())
-            namespace = request.group.resource_namespace
+            namespace, host = request.group.resource_namespace, self.host
             for popped in messages:
-                yield svc.ReceiveMessageResponse(
-                    message=convert.to_proto(popped, namespace, self.host))
+                response = svc.ReceiveMessageResponse()
+                convert.fill_message(response.message, popped, namespace, host)
+                yield response
             # the push consumer measures its receive latency from this (and fails without it)
             yield svc.ReceiveMessageResponse(
                 delivery_timestamp=convert.timestamp(self.broker.clock.now_ms()))
@@ -254,6 +259,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 mine.discard(poll)
                 if not mine:
                     del self.polls[client]
+            limits.release(peer, CALLS)
 
     async def _receive(self, request, context, poll: "_Poll"):
         group = convert.group_name(request.group)
@@ -297,18 +303,20 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         if not 1 <= len(request.entries) <= MAX_BATCH:
             raise ProxyError(Code.BAD_REQUEST, f"AckMessage carries {len(request.entries)} "
                              f"entries; 1..{MAX_BATCH} are accepted")
-        entries, failed = [], None
+        response = svc.AckMessageResponse()
+        add = response.entries.add
+        failed = None
         for entry in request.entries:
+            handle = entry.receipt_handle
             try:
-                await self.calls.short(self.pop.ack, group, topic, entry.receipt_handle)
+                await self.calls.short(self.pop.ack, group, topic, handle)
                 result = ok()
             except Exception as exc:  # noqa: BLE001 - reported per entry and at the top
                 result = from_exception(exc)
                 failed = failed or result
-            entries.append(svc.AckMessageResultEntry(message_id=entry.message_id,
-                                                     receipt_handle=entry.receipt_handle,
-                                                     status=result))
-        return svc.AckMessageResponse(status=failed or ok(), entries=entries)
+            add(message_id=entry.message_id, receipt_handle=handle, status=result)
+        response.status.CopyFrom(failed or ok())
+        return response
 
     @answers(svc.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request, context):

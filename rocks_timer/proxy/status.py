@@ -26,8 +26,14 @@ class ProxyError(Exception):
         self.message = message
 
 
+OK_CODE = Code.OK  # a plain int: ``Code.OK`` is a Python-level lookup on protobuf's enum wrapper
+_OK = pb.Status(code=OK_CODE, message="OK")
+
+
 def ok() -> "pb.Status":
-    return pb.Status(code=Code.OK, message="OK")
+    """The OK status, one shared instance: every response copies a status given to its
+    constructor (or to ``add``), so nothing ever changes this one; never mutate it."""
+    return _OK
 
 
 def status(code: int, message: str) -> "pb.Status":

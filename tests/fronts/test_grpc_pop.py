@@ -175,3 +175,19 @@ def test_arrivals_wake_watchers_of_their_topics_only(make_broker):
     pop.close()
     broker.send(Message(topic="U", body=b"z"))
     assert woken == ["T"]
+
+
+def test_receipt_handles_encode_as_base64url_without_padding_and_parse_back():
+    """``ReceiptHandle.encode`` (binascii and a translation) writes what base64's urlsafe
+    encoder writes, unpadded, for every padding length; ``parse`` gives back the handle and
+    its timer handle decoded."""
+    from rocks_timer.timer.handles import Handle
+    for n in range(6):
+        timer = Handle(retry_topic("G" * (n + 1), "T"), 1_700_000_000_000 + n, "AB" * 16)
+        receipt = ReceiptHandle("G" * (n + 1), "T", 10 ** n, 200 + n, timer.encode())
+        text = (f"r1 {receipt.group} T {receipt.commitlog_offset} {receipt.size} "
+                f"{receipt.timer_handle}")
+        assert receipt.encode() == base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode()
+        assert ReceiptHandle.parse(receipt.encode()) == (receipt, timer)
+        assert receipt.check(receipt.group, "T", timer) == timer == receipt.check(receipt.group,
+                                                                                   "T")

@@ -54,13 +54,16 @@ class Counts:
             batch.put(K.META_RECONCILE_OFFSET, pack_u64(reconcile), meta_h)
         return pending, corrupt
 
-    def stage_one(self, batch: WriteBatch, meta_h: object) -> None:
-        """:meth:`stage` of one added key (the single send); :meth:`apply_one` after it."""
+    def stage_one(self, batch: WriteBatch, meta_h: object, delta: int = 1) -> None:
+        """:meth:`stage` of one added key (the single send; ``delta`` -1: one removed key,
+        the single cancel); :meth:`apply_one` with the same ``delta`` after it."""
         if self.pending_row:
-            batch.put(K.META_PENDING, pack_u64(self.pending + 1), meta_h)
+            batch.put(K.META_PENDING, pack_u64(self.pending + delta), meta_h)
 
-    def apply_one(self) -> None:
-        self.pending += 1
+    def apply_one(self, delta: int = 1) -> None:
+        self.pending += delta
+        if delta < 0:
+            self.deletes -= delta
 
     def apply(self, staged: tuple[int, int], removed: int, reconcile: int | None) -> None:
         """After the batch :meth:`stage` filled is written."""

@@ -95,25 +95,13 @@ class DueCounters:
         if missing:
             for name, raw in zip(missing, self._meta.get(missing)):
                 cache[name] = 0 if raw is None else unpack_count(raw)
-        put, delete, meta_h = batch.put, batch.delete, self._meta_h
-        for name, delta in per_key.items():
-            if not delta:
-                continue
-            value = cache[name] + delta
-            if value < 0:  # only a key written behind the store's back (check() reports it)
-                log.warning("due counter %s would become %d; kept at 0", name.hex(), value)
-                self.underflows += 1
-                value = 0
-            new[name] = value
-            if value:
-                put(name, pack_count(value), meta_h)
-            else:
-                delete(name, meta_h)
+        new.update(self._stage_deltas(per_key, batch))
         return new
 
-    def stage_one(self, due_ms: int, batch: WriteBatch) -> dict[bytes, int]:
-        """:meth:`stage` of one new key (the single send): its three counters up by one. The
-        hour and day counters' keys are kept per hour (a send builds only its second's)."""
+    def stage_one(self, due_ms: int, batch: WriteBatch, delta: int = 1) -> dict[bytes, int]:
+        """:meth:`stage` of one new key (the single send): its three counters up by one
+        (``delta`` -1: one key removed, the single cancel). The hour and day counters' keys
+        are kept per hour (a send builds only its second's)."""
         cache, meta_h = self._cache, self._meta_h
         hour = due_ms // _HOUR_MS
         upper = self._upper.get(hour)
@@ -130,12 +118,35 @@ class DueCounters:
             for name, raw in zip(missing, self._meta.get(missing)):
                 cache[name] = 0 if raw is None else unpack_count(raw)
             s_old, h_old, d_old = cache[s_name], cache[h_name], cache[d_name]
-        s_new, h_new, d_new = s_old + 1, h_old + 1, d_old + 1
+        if delta < 0:  # a counter may reach 0 (deleted) or, behind the store's back, below
+            return self._stage_deltas({s_name: delta, h_name: delta, d_name: delta}, batch)
+        s_new, h_new, d_new = s_old + delta, h_old + delta, d_old + delta
         put = batch.put
         put(s_name, s_new.to_bytes((s_new.bit_length() + 7) // 8, "big"), meta_h)
         put(h_name, h_new.to_bytes((h_new.bit_length() + 7) // 8, "big"), meta_h)
         put(d_name, d_new.to_bytes((d_new.bit_length() + 7) // 8, "big"), meta_h)
         return {s_name: s_new, h_name: h_new, d_name: d_new}
+
+    def _stage_deltas(self, per_key: dict[bytes, int], batch: WriteBatch) -> dict[bytes, int]:
+        """Put each counter ``per_key`` changes (name -> delta; its value cached) into
+        ``batch``: a counter at 0 is deleted, one below 0 logged and kept at 0. Returns the
+        new values."""
+        cache, new = self._cache, {}
+        put, delete, meta_h = batch.put, batch.delete, self._meta_h
+        for name, delta in per_key.items():
+            if not delta:
+                continue
+            value = cache[name] + delta
+            if value < 0:  # only a key written behind the store's back (check() reports it)
+                log.warning("due counter %s would become %d; kept at 0", name.hex(), value)
+                self.underflows += 1
+                value = 0
+            new[name] = value
+            if value:
+                put(name, pack_count(value), meta_h)
+            else:
+                delete(name, meta_h)
+        return new
 
     def commit(self, new: dict[bytes, int]) -> None:
         if len(self._cache) + len(new) > CACHE_MAX:

@@ -216,6 +216,15 @@ class KeyIndex:
         topic = raw[K.DUE_SIZE + 1:-K.MSG_ID_SIZE]
         return (self.due.stage_one(due_ms, batch), topic, self.topics.stage_one(topic, batch))
 
+    def stage_removed(self, raw: bytes, batch: WriteBatch) -> tuple | None:
+        """:meth:`stage` of one removed key of a store without KEYS entries (the single
+        cancel: ``keyed`` is False), for :meth:`commit_new`."""
+        if not self.enabled:
+            return None
+        topic = raw[K.DUE_SIZE + 1:-K.MSG_ID_SIZE]
+        return (self.due.stage_one(K.key_due_ms(raw), batch, -1), topic,
+                self.topics.stage_one(topic, batch, -1))
+
     def commit_new(self, staged: tuple | None) -> None:
         if staged is not None:
             due, topic, count = staged

@@ -276,9 +276,10 @@ class RocksTimerStore(TimerStore, Compacting):
             value = None if raw in self._claims else self.db.timer.get(raw)
             if value is None:
                 return False
-            txn = self._writer.begin()
-            txn.remove_stored([(raw, value)])
-            txn.commit()
+            if not self._writer.cancel_one(raw, value):
+                txn = self._writer.begin()
+                txn.remove_stored([(raw, value)])
+                txn.commit()
             return True
 
     def scan(self, *, from_ms: int | None = None, to_ms: int | None = None,

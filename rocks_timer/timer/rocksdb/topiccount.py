@@ -112,18 +112,31 @@ class TopicCounters:
                 batch.delete(name, meta_h)
         return new
 
-    def stage_one(self, topic: bytes, batch: WriteBatch) -> int:
-        """:meth:`stage` of one new key of ``topic`` (the single send); returns the new count
-        for :meth:`commit_one`."""
-        value = self._counts.get(topic, 0) + 1
+    def stage_one(self, topic: bytes, batch: WriteBatch, delta: int = 1) -> int:
+        """:meth:`stage` of one new key of ``topic`` (the single send; ``delta`` -1: one key
+        removed, the single cancel); returns the new count for :meth:`commit_one`."""
+        value = self._counts.get(topic, 0) + delta
         name = self._names.get(topic)
         if name is None:
             name = self._names[topic] = PREFIX + topic
-        batch.put(name, value.to_bytes((value.bit_length() + 7) // 8, "big"), self._meta_h)
+        if delta > 0:
+            batch.put(name, value.to_bytes((value.bit_length() + 7) // 8, "big"), self._meta_h)
+            return value
+        if value < 0:  # as stage: only a key written behind the store's back
+            log.warning("topic counter %r would become %d; kept at 0", topic, value)
+            self.underflows += 1
+            value = 0
+        if value:
+            batch.put(name, value.to_bytes((value.bit_length() + 7) // 8, "big"), self._meta_h)
+        else:
+            batch.delete(name, self._meta_h)
         return value
 
     def commit_one(self, topic: bytes, value: int) -> None:
-        self._counts[topic] = value
+        if value:
+            self._counts[topic] = value
+        else:
+            self._counts.pop(topic, None)
 
     def commit(self, new: dict[bytes, int]) -> None:
         counts = self._counts

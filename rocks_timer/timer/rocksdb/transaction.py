@@ -16,7 +16,8 @@ one, claim's set-aside, completion, cancel, cancel by key, reconcile, reschedule
 restore of set-aside messages) goes through here; so to change what a cancel does to the due
 counters, change ``IndexChanges.removed`` (keyindex.py) or ``DueCounters.stage`` (duecount.py),
 never a write site. The single send of a new key has its own short path
-(:meth:`Writer.send_one`), the same order without a batch's bookkeeping.
+(:meth:`Writer.send_one`), the same order without a batch's bookkeeping, and so has the cancel of
+one key in a store without KEYS entries (:meth:`Writer.cancel_one`: a pop's ack, a recall).
 """
 from __future__ import annotations
 
@@ -173,6 +174,30 @@ class Writer:
             vlog.commit_one(live)
         keys.commit_new(counters)
         counts.apply_one()
+        return True
+
+    def cancel_one(self, raw: bytes, value: bytes) -> bool:
+        """The common cancel (one stored key, ``value`` its index value, in a store that never
+        indexed KEYS: a pop's ack, a recall): the writes :meth:`Transaction.remove_stored` and
+        :meth:`Transaction.commit` make for it, in the same order, without a batch's
+        bookkeeping (tests/engines/rocksdb/test_cancel_single.py holds the two paths' stores
+        equal byte for byte). False, having written nothing, when the store has KEYS entries
+        (the batch path reads the stored message's keys to delete them) or runs without the
+        key index."""
+        keys = self.keys
+        if keys.keyed or not keys.enabled:
+            return False
+        db, vlog, counts = self.db, self.vlog, self.counts
+        batch = WriteBatch(raw_mode=True)
+        batch.delete(raw, db.timer_h)
+        live = vlog.stage_removed_one(value, batch) if vlog is not None else None
+        counters = keys.stage_removed(raw, batch)
+        counts.stage_one(batch, db.meta_h, -1)
+        db.write(batch)
+        if live is not None:
+            vlog.commit(live)
+        keys.commit_new(counters)
+        counts.apply_one(-1)
         return True
 
 

@@ -332,6 +332,20 @@ class ValueLog:
         self._staged = staged
         return new
 
+    def stage_removed_one(self, index_value: bytes, batch: Any
+                          ) -> dict[int, tuple[int, int, int]] | None:
+        """:meth:`stage` for one index value leaving the index (the single cancel,
+        ``Writer.cancel_one``): the changes ``drop_pointers`` and ``Changes.removed`` collect
+        for it, built directly. None (nothing staged, nothing to commit) for an inline value,
+        as the batch path stages nothing then."""
+        if len(index_value) < I.SIZE or index_value[0] != I.POINTER_VERSION:
+            return None
+        _, seg_id, offset, length = I.POINTER.unpack_from(index_value)[:4]
+        changes = Changes()
+        changes[seg_id] = [-1, -length]
+        changes.removed([index_value])
+        return self.stage(changes, batch)
+
     def _put_liveness(self, batch: Any, seg: Segment, count: int, nbytes: int,
                       end: int) -> None:
         """The segment's liveness row with these live figures and end (the one writer of
