@@ -2,19 +2,21 @@
 valgrind's callgrind: executed instructions do not depend on what else the machine runs, so a
 change of a few per cent shows here where a timing on a busy 2-vCPU machine cannot show it.
 
-    python -m bench.remoting_instructions [--sends 2000]
+    python -m bench.remoting_instructions [--sends 2000] [--timer]
 
 A child process opens a fresh broker under a manual clock (no timer work in the background),
 builds ``--sends`` request frames as the Java 4.9.8 client writes them (``bench.remoting_latency``'s
 ``send_request``: a JSON header with the V2 one-letter fields, a 256-byte body), sends 200 of
 them untimed, then runs the rest inside ``functools.reduce``, and callgrind counts only what that
 thread executes inside it (``--toggle-collect=functools_reduce``, threads apart). Each send is
-the path a connection runs for a request read alone: ``split_frames`` (the frame and its JSON
-header), ``RemotingService.handle_sends`` (checks, the message, ``Broker.send_batch``, the reply)
-and the reply's ``encode``. The send must be answered without waiting (``async`` flush: the store
-runs on the calling thread), as the front answers it within the read that brought it. Not
-counted: the event loop's own work per read and the socket calls (the kernel's). Results:
-bench/results/remoting-instructions.json. Needs ``valgrind`` (``make valgrind``).
+the path a connection runs for a request read alone (with ``--timer``, each a timer message
+due a minute later, ``TIMER_DELIVER_MS``, which the broker routes to the timer engine):
+``split_frames`` (the frame and its JSON header), ``RemotingService.handle_sends`` (checks,
+the message, ``Broker.send_batch``, the reply) and the reply's ``encode``. The send must be
+answered without waiting (``async`` flush: the store runs on the calling thread), as the front
+answers it within the read that brought it. Not counted: the event loop's own work per read and
+the socket calls (the kernel's). Results: bench/results/remoting-instructions.json
+(``-timer.json`` with ``--timer``). Needs ``valgrind`` (``make valgrind``).
 """
 from __future__ import annotations
 
@@ -41,10 +43,11 @@ T0 = 1_800_000_000_000
 WARM = 200
 
 
-def child(n: int) -> None:
+def child(n: int, timer: bool = False) -> None:
     """Run ``n`` sends inside ``functools.reduce`` (what callgrind counts)."""
+    due = T0 + 60_000 if timer else None
     frames = [bytearray(send_request(i, "BenchInstructions", bytes(256),
-                                     f"0A000001000000000000{i:012X}"))
+                                     f"0A000001000000000000{i:012X}", due))
               for i in range(1, WARM + n + 1)]
     with scratch_dir(prefix="remoting-ir-") as d:
         broker = Broker.open(d / "b", BrokerConfig(), clock=ManualClock(T0))
@@ -73,7 +76,7 @@ def child(n: int) -> None:
     print(n)
 
 
-def count(n: int) -> int:
+def count(n: int, timer: bool) -> int:
     """Instructions the child's sending thread executed inside ``reduce`` (both reduces: the
     warm-up's are subtracted by running twice, with ``n`` and ``2 n``)."""
     valgrind = shutil.which("valgrind")
@@ -84,7 +87,8 @@ def count(n: int) -> int:
         subprocess.run([valgrind, "--tool=callgrind", "--collect-atstart=no",
                         "--separate-threads=yes", "--toggle-collect=functools_reduce",
                         f"--callgrind-out-file={out}", sys.executable, "-m",
-                        "bench.remoting_instructions", "--child", str(n)],
+                        "bench.remoting_instructions", "--child", str(n),
+                        *(["--timer"] if timer else [])],
                        cwd=ROOT, check=True, capture_output=True, text=True,
                        env={**os.environ, "PYTHONHASHSEED": "0"})  # same dict probes
         main_thread = Path(f"{out}-01")
@@ -97,20 +101,24 @@ def count(n: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sends", type=int, default=2_000, help="sends counted")
+    parser.add_argument("--timer", action="store_true",
+                        help="timer messages (TIMER_DELIVER_MS a minute ahead)")
     parser.add_argument("--results-dir", type=Path, default=None)
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        child(args.child)
+        child(args.child, args.timer)
         return 0
-    once, twice = count(args.sends), count(2 * args.sends)
+    once, twice = count(args.sends, args.timer), count(2 * args.sends, args.timer)
     per_send = round((twice - once) / args.sends)
-    result = {"sends": args.sends, "instructions_per_send": per_send,
+    kind = "timer" if args.timer else "plain"
+    result = {"sends": args.sends, "messages": kind, "instructions_per_send": per_send,
               "path": "split_frames + RemotingService.handle_sends + encode, one "
                       "SEND_MESSAGE_V2 of 256 B as the Java 4.9.8 client writes it"}
-    path = write_result("remoting-instructions", result, args.results_dir or RESULTS)
-    print(f"remoting front, one SEND_MESSAGE_V2: {per_send:,} instructions per send "
-          f"(callgrind, {args.sends} and {2 * args.sends} sends)")
+    name = "remoting-instructions" + ("-timer" if args.timer else "")
+    path = write_result(name, result, args.results_dir or RESULTS)
+    print(f"remoting front, one SEND_MESSAGE_V2 ({kind} messages): {per_send:,} instructions "
+          f"per send (callgrind, {args.sends} and {2 * args.sends} sends)")
     print(f"wrote {path}")
     return 0
 

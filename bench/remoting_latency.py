@@ -37,9 +37,13 @@ ROOT = Path(__file__).resolve().parent.parent
 TOPIC = "BenchLatency"
 
 
-def send_request(opaque: int, topic: str, body: bytes, uniq: str) -> bytes:
-    """A SEND_MESSAGE_V2 frame as the Java 4.9.8 client writes one (JSON header, V2 names)."""
+def send_request(opaque: int, topic: str, body: bytes, uniq: str,
+                 deliver_ms: int | None = None) -> bytes:
+    """A SEND_MESSAGE_V2 frame as the Java 4.9.8 client writes one (JSON header, V2 names);
+    with ``deliver_ms``, a timer message (``TIMER_DELIVER_MS``)."""
     props = f"KEYS\x01k{opaque}\x02UNIQ_KEY\x01{uniq}\x02WAIT\x01true\x02TAGS\x01bench\x02"
+    if deliver_ms is not None:
+        props += f"TIMER_DELIVER_MS\x01{deliver_ms}\x02"
     ext = {"a": "bench-producer", "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "0",
            "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false",
            "m": "false"}

@@ -26,3 +26,5 @@ def test_instructions_child_runs_the_inline_send_path(capsys):
     from bench import remoting_instructions
     remoting_instructions.child(20)
     assert capsys.readouterr().out.split()[-1] == "20"
+    remoting_instructions.child(20, timer=True)  # timer messages: the timer engine's path
+    assert capsys.readouterr().out.split()[-1] == "20"
