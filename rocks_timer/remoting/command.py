@@ -157,6 +157,8 @@ def decode(mark: int, rest: bytes) -> RemotingCommand:
 
 
 def _int(value, name: str) -> int:
+    if type(value) is int:
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise FrameError(f"header field {name} is not an integer: {value!r}")
     try:
@@ -184,12 +186,11 @@ def _decode_json(header: bytes) -> RemotingCommand:
                for k, v in raw_ext.items() if v is not None}
     remark = doc.get("remark")
     language = doc.get("language")
-    return RemotingCommand(code=_int(doc["code"], "code"), opaque=_int(doc.get("opaque", 0),
-                                                                          "opaque"),
-                           flag=_int(doc.get("flag", 0), "flag"),
-                           remark=remark if isinstance(remark, str) else None, ext=ext,
-                           language=language if isinstance(language, str) else "OTHER",
-                           version=_int(doc.get("version", 0), "version"))
+    return RemotingCommand(_int(doc["code"], "code"), _int(doc.get("opaque", 0), "opaque"),
+                           _int(doc.get("flag", 0), "flag"),
+                           remark if isinstance(remark, str) else None, ext, b"",
+                           language if isinstance(language, str) else "OTHER",
+                           _int(doc.get("version", 0), "version"))
 
 
 def _decode_binary(header: bytes) -> RemotingCommand:
