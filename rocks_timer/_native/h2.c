@@ -70,6 +70,8 @@ typedef struct {
     PyObject *events;            /* list being filled by a feed, or NULL */
     Py_ssize_t max_message;
     size_t max_header_bytes;
+    size_t buffered;             /* request bytes held in reassembly, all streams */
+    size_t max_buffered;         /* past it, the stream whose data goes over is refused */
     int failed;                  /* a Python error was raised inside a callback */
     int streams;                 /* open streams (for stats and tests) */
     Stream *open;                /* their list: nghttp2_session_del frees none of ours */
@@ -109,6 +111,14 @@ static void unlink_stream(Connection *c, Stream *s) {
     if (s->prev != NULL) s->prev->next = s->next;
     else c->open = s->next;
     if (s->next != NULL) s->next->prev = s->prev;
+}
+
+/* Every change of a stream's reassembly length goes through here, so the connection's total
+ * (``buffered``) stays exact: nghttp2 hands out window as we take data, so this is the bound
+ * on what one connection can make us hold. */
+static void set_in_len(Connection *c, Stream *s, size_t n) {
+    c->buffered = c->buffered + n - s->in_len;
+    s->in_len = n;
 }
 
 static Stream *stream_of(Connection *c, int32_t id) {
@@ -243,7 +253,7 @@ static int refuse(Connection *c, Stream *s, int code, const char *text) {
     }
     s->announced = 0;
     Py_CLEAR(s->message);
-    s->in_len = 0;
+    set_in_len(c, s, 0);
     if (finish(c, s, code, encoded) != 0) {
         PyErr_SetString(PyExc_RuntimeError, "nghttp2 refused a status");
         return -1;
@@ -275,11 +285,15 @@ static int on_begin_headers(nghttp2_session *session, const nghttp2_frame *frame
     s->bad_method = 1;   /* until a :method POST is seen */
     s->bad_type = 1;     /* until a gRPC content-type is seen */
     Connection *c = user;
+    if (nghttp2_session_set_stream_user_data(session, s->id, s) != 0) {
+        PyMem_Free(s);  /* no such stream (refused already): nothing to keep */
+        return 0;
+    }
     c->streams++;
     s->next = c->open;
     if (c->open != NULL) c->open->prev = s;
     c->open = s;
-    return nghttp2_session_set_stream_user_data(session, s->id, s);
+    return 0;
 }
 
 static int equals(const uint8_t *p, size_t n, const char *lit) {
@@ -394,7 +408,7 @@ static int take_messages(Connection *c, Stream *s) {
         unsigned char *p = s->in + at;
         uint32_t n = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
         if (p[0] != 0) {
-            s->in_len = 0;
+            set_in_len(c, s, 0);
             return refuse(c, s, ST_INTERNAL, p[0] == 1
                           ? "compressed message without a grpc-encoding (identity only)"
                           : "bad message prefix");
@@ -403,7 +417,7 @@ static int take_messages(Connection *c, Stream *s) {
             char text[128];
             snprintf(text, sizeof text, "Received message larger than max (%u vs. %zd)", n,
                      c->max_message);
-            s->in_len = 0;
+            set_in_len(c, s, 0);
             return refuse(c, s, ST_RESOURCE_EXHAUSTED, text);
         }
         if (s->in_len - at < PREFIX + (size_t)n) break;
@@ -414,7 +428,7 @@ static int take_messages(Connection *c, Stream *s) {
         if (s->single) {
             if (s->message != NULL) {
                 Py_DECREF(message);
-                s->in_len = 0;
+                set_in_len(c, s, 0);
                 return refuse(c, s, ST_INTERNAL, "more than one request message");
             }
             s->message = message;
@@ -423,10 +437,10 @@ static int take_messages(Connection *c, Stream *s) {
         }
     }
     if (s->finished) {
-        s->in_len = 0;
+        set_in_len(c, s, 0);
     } else if (at > 0) {
         memmove(s->in, s->in + at, s->in_len - at);
-        s->in_len -= at;
+        set_in_len(c, s, s->in_len - at);
     }
     return 0;
 }
@@ -440,8 +454,12 @@ static int on_data_chunk(nghttp2_session *session, uint8_t flags, int32_t id, co
     if (s == NULL || s->finished) return 0;
     if (grow(&s->in, &s->in_cap, s->in_len + len) < 0) goto fail;
     memcpy(s->in + s->in_len, data, len);
-    s->in_len += len;
+    set_in_len(c, s, s->in_len + len);
     if (take_messages(c, s) < 0) goto fail;
+    if (c->buffered > c->max_buffered &&
+        refuse(c, s, ST_RESOURCE_EXHAUSTED,
+               "too much request data in flight on this connection") < 0)
+        goto fail;
     return 0;
 fail:
     c->failed = 1;
@@ -497,6 +515,7 @@ static int on_stream_close(nghttp2_session *session, int32_t id, uint32_t error_
         }
     }
     nghttp2_session_set_stream_user_data(session, id, NULL);
+    set_in_len(c, s, 0);
     c->streams--;
     unlink_stream(c, s);
     stream_free(s);
@@ -522,13 +541,14 @@ static void Connection_dealloc(Connection *c) {
 
 static PyObject *Connection_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"single", "streaming", "max_message", "max_streams",
-                            "max_header_bytes", "window", NULL};
+                            "max_header_bytes", "window", "max_buffered", NULL};
     PyObject *single, *streaming;
     Py_ssize_t max_message;
     unsigned int max_streams, max_header_bytes, window;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!nIII", names, &PyDict_Type, &single,
+    Py_ssize_t max_buffered = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!nIII|n", names, &PyDict_Type, &single,
                                      &PyDict_Type, &streaming, &max_message, &max_streams,
-                                     &max_header_bytes, &window))
+                                     &max_header_bytes, &window, &max_buffered))
         return NULL;
     if (max_message < 0 || max_message > 0x7fffffff || window < 65535 || window > 0x7fffffff) {
         PyErr_SetString(PyExc_ValueError, "max_message or window out of range");
@@ -540,6 +560,11 @@ static PyObject *Connection_new(PyTypeObject *type, PyObject *args, PyObject *kw
     c->streaming = Py_NewRef(streaming);
     c->max_message = max_message;
     c->max_header_bytes = max_header_bytes;
+    /* default: four whole messages at the maximum, and never under 64 MiB (a client's
+     * concurrent sends interleave their data, so several partial messages are normal) */
+    c->max_buffered = max_buffered >= 0 ? (size_t)max_buffered
+                      : (size_t)(4 * (max_message + PREFIX)) > ((size_t)64 << 20)
+                      ? (size_t)(4 * (max_message + PREFIX)) : ((size_t)64 << 20);
     if (nghttp2_session_server_new(&c->session, callbacks, c) != 0) {
         Py_DECREF(c);
         return PyErr_NoMemory();
@@ -713,7 +738,14 @@ static PyMethodDef Connection_methods[] = {
     {"close", (PyCFunction)Connection_close, METH_NOARGS, "close(): end the session"},
     {NULL, NULL, 0, NULL}};
 
+static PyObject *Connection_buffered(Connection *c, void *closure) {
+    (void)closure;
+    return PyLong_FromSize_t(c->buffered);
+}
+
 static PyGetSetDef Connection_getset[] = {
+    {"buffered", (getter)Connection_buffered, NULL,
+     "request bytes held in reassembly, all streams", NULL},
     {"done", (getter)Connection_done, NULL, "the session wants no more reads or writes", NULL},
     {"streams", (getter)Connection_streams, NULL, "open HTTP/2 streams", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
@@ -724,7 +756,8 @@ static PyTypeObject ConnectionType = {
     .tp_basicsize = sizeof(Connection),
     .tp_dealloc = (destructor)Connection_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Connection(single, streaming, max_message, max_streams, max_header_bytes, window):"
+    .tp_doc = "Connection(single, streaming, max_message, max_streams, max_header_bytes, window,"
+              " max_buffered=max(4 x (max_message + 5), 64 MiB)):"
               " one gRPC server connection's HTTP/2 state (sans I/O)",
     .tp_methods = Connection_methods,
     .tp_getset = Connection_getset,

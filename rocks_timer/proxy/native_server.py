@@ -18,18 +18,20 @@ long polls, Telemetry) are tasks. ``CallContext`` offers what the handlers use o
 Bounds, as the grpcio front has them (ARCHITECTURE §4): calls in progress in all
 (``max_calls``: RESOURCE_EXHAUSTED past it), streams per connection (SETTINGS_MAX_CONCURRENT_STREAMS;
 nghttp2 refuses the excess with REFUSED_STREAM), message size (RESOURCE_EXHAUSTED, answered by the
-codec), request headers (16 KiB; the stream is reset), connections (``max_connections``; the
-excess is closed at once), idle connections (closed after ``idle_s`` without a call), queued
-request messages of one stream and unsent answer bytes (the handler waits for the client to
-read). The per-connection limits of the handlers (``PeerLimits``) key on ``CallContext.peer()``.
+codec), request bytes held in reassembly per connection (the codec's ``max_buffered``),
+request headers (16 KiB; the stream is reset), connections (``max_connections``; the excess is
+closed at once), idle connections (closed after ``idle_s`` without a call), queued request
+messages of one stream and unsent answer bytes (the handler waits for the client to read). The per-connection limits of the handlers (``PeerLimits``) key on ``CallContext.peer()``.
 """
 from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import logging
 import socket
 from collections import deque
+from collections.abc import Coroutine
 from typing import Any, Callable
 
 from google.protobuf import message_factory
@@ -385,8 +387,11 @@ class _Connection(asyncio.Protocol):
             self._start(sid, self._stream_out(sid, method.handler(request, context)), deadline)
             return
         # stepped here: most unary calls end without waiting, and then need no task
-        coro = method.handler(request, context)
         try:
+            coro = method.handler(request, context)
+            if not isinstance(coro, Coroutine):  # a plain function's answer (grpc.aio takes it)
+                self._answer(sid, coro)
+                return
             waits_for = coro.send(None)
         except StopIteration as done:
             self._answer(sid, done.value)
@@ -402,6 +407,9 @@ class _Connection(asyncio.Protocol):
         self.calls[sid] = call
         self.server.calls += 1
         call.task = self.loop.create_task(work)
+        # a callback, not the coroutine's own finally: a task cancelled before its first step
+        # (a reset that came in the same read as the call) never runs its body
+        call.task.add_done_callback(functools.partial(self._done, sid))
         if deadline is not None:
             call.timer = self.loop.call_at(deadline, self._expire, sid)
 
@@ -411,7 +419,7 @@ class _Connection(asyncio.Protocol):
             call.task.cancel()
             self._end_call(sid, DEADLINE_EXCEEDED, "Deadline Exceeded")
 
-    def _done(self, sid: int) -> None:
+    def _done(self, sid: int, task: asyncio.Task) -> None:
         call = self.calls.pop(sid, None)
         if call is not None:
             self.server.calls -= 1
@@ -441,8 +449,6 @@ class _Connection(asyncio.Protocol):
         else:
             self._answer(sid, response)
             self._flush_later()
-        finally:
-            self._done(sid)
 
     async def _stream_out(self, sid: int, responses) -> None:
         """Sends what an async generator yields, then its status; waits while the client has
@@ -465,8 +471,6 @@ class _Connection(asyncio.Protocol):
             self._end_call(sid, *_status_of(exc))
         else:
             self._end_call(sid, OK, "")
-        finally:
-            self._done(sid)
 
 
 def _status_of(exc: BaseException) -> tuple[int, str]:

@@ -35,6 +35,10 @@ PREFIX = struct.Struct(">ii")
 _BINARY_FIXED = struct.Struct(">hbhii")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
+# one of each, made once: ``json.dumps`` with options builds a new encoder on every call
+_JSON_OUT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_JSON_IN = json.JSONDecoder()
+_quote = json.encoder.encode_basestring  # a JSON string, quoted (non-ASCII kept as it is)
 
 
 class FrameError(ValueError):
@@ -68,7 +72,8 @@ class RemotingCommand:
         """The answer to this request: same opaque and serialize type, response flag set.
         ``ext`` values become strings (some clients read nothing else, and every response
         carries an ``extFields`` object, even an empty one)."""
-        fields = {k: _text(v) for k, v in (ext or {}).items() if v is not None}
+        fields = {k: v if type(v) is str else _text(v) for k, v in (ext or {}).items()
+                  if v is not None}
         return RemotingCommand(code, self.opaque, RESPONSE_FLAG, remark, fields, body,
                                serialize_type=self.serialize_type)
 
@@ -86,12 +91,32 @@ def _text(value) -> str:
 
 
 def _encode_json(cmd: RemotingCommand) -> bytes:
-    header = {"code": cmd.code, "language": cmd.language, "version": cmd.version,
-              "opaque": cmd.opaque, "flag": cmd.flag, "extFields": cmd.ext,
-              "serializeTypeCurrentRPC": "JSON"}
+    """The JSON header. Its fields are in name order, as RocketMQ's fastjson writes them: the
+    Java client's fastjson reads a header in that order field by field, and falls back to
+    looking up each name when they come in another order. Written piece by piece (a third of
+    the instructions of ``json_header``, its reference, which the tests hold it equal to);
+    a header whose fields are not all text goes through the reference."""
+    ext = cmd.ext
+    if not (type(cmd.code) is type(cmd.flag) is type(cmd.opaque) is type(cmd.version) is int
+            and type(cmd.language) is str
+            and all([type(k) is str and type(v) is str for k, v in ext.items()])):
+        return json_header(cmd)
+    fields = ",".join([f"{_quote(k)}:{_quote(v)}" for k, v in ext.items()])
+    remark = "" if cmd.remark is None else f',"remark":{_quote(cmd.remark)}'
+    return (f'{{"code":{cmd.code},"extFields":{{{fields}}},"flag":{cmd.flag},'
+            f'"language":{_quote(cmd.language)},"opaque":{cmd.opaque}{remark},'
+            f'"serializeTypeCurrentRPC":"JSON","version":{cmd.version}}}').encode("utf-8")
+
+
+def json_header(cmd: RemotingCommand) -> bytes:
+    """The JSON header by the json module: the reference ``_encode_json`` is held equal to."""
+    header = {"code": cmd.code, "extFields": cmd.ext, "flag": cmd.flag,
+              "language": cmd.language, "opaque": cmd.opaque}
     if cmd.remark is not None:
         header["remark"] = cmd.remark
-    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    header["serializeTypeCurrentRPC"] = "JSON"
+    header["version"] = cmd.version
+    return _JSON_OUT.encode(header).encode("utf-8")
 
 
 def _encode_binary(cmd: RemotingCommand) -> bytes:
@@ -142,7 +167,7 @@ def _int(value, name: str) -> int:
 
 def _decode_json(header: bytes) -> RemotingCommand:
     try:
-        doc = json.loads(header.decode("utf-8"))
+        doc = _JSON_IN.decode(header.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise FrameError(f"the JSON header does not parse: {exc}") from None
     if not isinstance(doc, dict) or "code" not in doc:

@@ -121,7 +121,7 @@ class ProducerHandlers:
     def _send_reply(self, cmd: RemotingCommand, messages: list[Message],
                     results: list) -> RemotingCommand:
         ids = [m.properties.get(CLIENT_UNIQ_KEY, r.msg_id) for m, r in zip(messages, results)]
-        ext = {"msgId": ",".join(ids), "queueId": results[0].queue_id, "queueOffset": 0,
+        ext = {"msgId": ",".join(ids), "queueId": str(results[0].queue_id), "queueOffset": "0",
                "MSG_REGION": REGION, "TRACE_ON": "true"}
         handles = [r.handle for r in results if r.handle]
         if len(results) == 1 and handles:

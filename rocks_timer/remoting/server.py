@@ -1,11 +1,13 @@
 """``RemotingFront``: serves RocketMQ's remoting protocol for one open Broker on its own thread.
 
 An asyncio server on a private event loop (held pulls are cheap coroutines there), with the
-blocking broker calls on a small thread pool. Bounded like every other way in (ARCHITECTURE §4):
-connections, frame size (16 MiB, RocketMQ's), requests in progress per connection (past it a
-request answers SYSTEM_BUSY), idle time (a client heartbeats every 30 s), and the time a started
-frame may take to arrive. A frame that does not parse closes its connection only; every other
-connection goes on.
+blocking broker calls on a small thread pool. Each connection is a ``Connection`` (an asyncio
+``Protocol``, ``remoting/connection.py``) that answers what needs no waiting within the read that
+brought it. Bounded like every other way in (ARCHITECTURE §4): connections, frame size (16 MiB,
+RocketMQ's), requests in progress per connection (past it a request answers SYSTEM_BUSY), idle
+time (a client heartbeats every 30 s), and the time a started frame may take to arrive (both
+closed by a sweep of the connections, ``SWEEP_S`` at most apart). A frame that does not parse
+closes its connection only; every other connection goes on.
 """
 from __future__ import annotations
 
@@ -15,11 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rocks_timer import listen
 from rocks_timer.errors import ConfigError
-from rocks_timer.remoting import command as wire
-from rocks_timer.remoting.codes import Response
-from rocks_timer.remoting.command import RemotingCommand
+from rocks_timer.remoting.connection import Connection, ConnectionLimits, split_frames
 from rocks_timer.remoting.namesrv import CLUSTER, NameServerRegistrar
-from rocks_timer.remoting.service import SEND_CODES, RemotingService
+from rocks_timer.remoting.service import RemotingService
 from rocks_timer.timer.handles import TOPIC_PATTERN
 
 log = logging.getLogger(__name__)
@@ -28,26 +28,9 @@ MAX_CONNECTIONS = 1_000
 MAX_IN_FLIGHT = 256           # requests in progress on one connection (held pulls included)
 IDLE_S = 180.0                # no frame for this long: the connection is closed
 FRAME_S = 60.0                # a frame whose first bytes arrived must be whole by then
+SWEEP_S = 1.0                 # how often connections are checked against the two times above
 OFFSET_FLUSH_S = 1.0
-READ_BYTES = 1 << 18          # what one read of a connection takes at most
-
-
-def split_frames(data: bytearray) -> tuple[list[RemotingCommand], int, Exception | None]:
-    """The whole frames at the start of ``data``: (commands, bytes they used, the error of
-    a frame that does not parse, or None). The frames before a bad one are still answered;
-    the bad one closes the connection (its length can no longer be trusted)."""
-    commands, at, end = [], 0, len(data)
-    try:
-        while end - at >= 8:
-            total, _ = wire.frame_size(bytes(data[at:at + 8]))
-            if end - at < 4 + total:
-                break
-            commands.append(wire.decode(int.from_bytes(data[at + 4:at + 8], "big"),
-                                        bytes(data[at + 8:at + 4 + total])))
-            at += 4 + total
-    except (wire.FrameError, ValueError, RecursionError) as exc:
-        return commands, at, exc
-    return commands, at, None
+STOP_WAIT_S = 5.0             # at stop: how long requests still in progress may take
 
 
 def parse_listen(text: str) -> tuple[str, int] | None:
@@ -55,33 +38,13 @@ def parse_listen(text: str) -> tuple[str, int] | None:
     return listen.parse_listen(text, "--remoting-listen")
 
 
-class Connection:
-    """One client connection: writes are serialised, requests in progress counted."""
-
-    def __init__(self, writer: asyncio.StreamWriter):
-        self.writer = writer
-        self.in_flight = 0
-        self.peer = writer.get_extra_info("peername")
-
-    def send(self, cmd: RemotingCommand) -> None:
-        if not self.writer.is_closing():
-            self.writer.write(cmd.encode())
-
-    def send_all(self, cmds: list[RemotingCommand]) -> None:
-        """Several answers in one write (one system call for a batch's replies)."""
-        if not self.writer.is_closing():
-            self.writer.write(b"".join([cmd.encode() for cmd in cmds]))
-
-    def close(self) -> None:
-        self.writer.close()
-
-
 class RemotingFront:
     """Serves the remoting protocol for ``broker`` on ``host:port``."""
 
     def __init__(self, broker, host: str, port: int, *, broker_name: str | None = None,
                  namesrv: list[tuple[str, int]] | None = None, workers: int = 8,
-                 max_in_flight: int = MAX_IN_FLIGHT):
+                 max_in_flight: int = MAX_IN_FLIGHT, idle_s: float = IDLE_S,
+                 frame_s: float = FRAME_S):
         if broker_name is not None and not TOPIC_PATTERN.match(broker_name):
             raise ConfigError(f"--broker-name {broker_name!r} is invalid; it must match "
                               "^[%|a-zA-Z0-9_-]{1,127}$ (it is also a topic name)")
@@ -91,13 +54,13 @@ class RemotingFront:
         self.broker_name = broker_name
         self.namesrv = namesrv or []
         self.workers = workers
-        self.max_in_flight = max_in_flight
+        self.limits = ConnectionLimits(max_in_flight, idle_s, frame_s)
         self.service: RemotingService | None = None
         self.registrar: NameServerRegistrar | None = None
         self.rejected_connections = 0
         self.closed_for_junk = 0
+        self.closed_for_time = 0  # idle, or a frame not whole in time
         self._serving = listen.LoopThread("remoting-front", "remoting front")
-        self._handlers: set[asyncio.Task] = set()  # one per open connection
 
     @property
     def address(self) -> str:
@@ -112,19 +75,21 @@ class RemotingFront:
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         with ThreadPoolExecutor(self.workers, thread_name_prefix="remoting-broker") as executor:
-            server = await asyncio.start_server(self._connection, self.host, self.port,
-                                                reuse_address=True, limit=READ_BYTES)
+            server = await loop.create_server(
+                lambda: Connection(self, self.service, self.limits), self.host, self.port,
+                reuse_address=True, start_serving=False)
             self.port = server.sockets[0].getsockname()[1]
             name = self.broker_name or f"rtimer-{self.port}"
             self.broker_name = name
             service = self.service = RemotingService(self.broker, executor, self.host,
                                                      self.port, name, CLUSTER)
+            await server.start_serving()
 
             def arrived(topics: set[str]) -> None:  # on the CommitLog's writing thread
                 if not service.watched_topics.isdisjoint(topics):
                     loop.call_soon_threadsafe(service.arrived, topics)
             self.broker.watch_arrivals(arrived)
-            chores = asyncio.create_task(self._chores())
+            chores = [asyncio.create_task(self._chores()), asyncio.create_task(self._sweep())]
             if self.namesrv:
                 self.registrar = NameServerRegistrar(self.namesrv, service.topics, name,
                                                      service.address, CLUSTER)
@@ -137,11 +102,14 @@ class RemotingFront:
                 if self.registrar is not None:
                     await self.registrar.stop()
                 server.close()
+                requests = [task for conn in service.connections for task in conn.tasks]
                 for conn in list(service.connections):
-                    conn.close()
-                if self._handlers:  # closed connections end their readers: wait for them
-                    await asyncio.wait(list(self._handlers), timeout=5)
-                chores.cancel()
+                    conn.close()  # held pulls end: their connection is gone
+                await asyncio.sleep(0)  # the closed connections' connection_lost
+                if requests:
+                    await asyncio.wait(requests, timeout=STOP_WAIT_S)
+                for chore in chores:
+                    chore.cancel()
                 await service.flush_offsets()
 
     async def _chores(self) -> None:
@@ -158,97 +126,37 @@ class RemotingFront:
             except Exception:  # noqa: BLE001 - a chore loop never dies; it logs and goes on
                 log.exception("remoting chores failed")
 
-    async def _connection(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        service = self.service
-        if len(service.connections) >= MAX_CONNECTIONS:
-            self.rejected_connections += 1
-            writer.close()
-            return
-        conn = Connection(writer)
-        service.connections.add(conn)
-        me = asyncio.current_task()
-        self._handlers.add(me)
-        tasks: set[asyncio.Task] = set()
+    async def _sweep(self) -> None:
+        """Close the connections that sent nothing for ``idle_s`` or left a frame unfinished
+        for ``frame_s`` (checked every ``SWEEP_S``, sooner when the limits are shorter)."""
         loop = asyncio.get_running_loop()
-        pending = bytearray()  # bytes read and not yet a whole frame
-        frame_deadline = 0.0   # when the frame at the head of ``pending`` must be whole
-        try:
-            while True:
-                # A read takes whatever the socket holds: a client with many requests in
-                # flight has several frames there, and its sends are stored together.
-                timeout = IDLE_S if not pending else max(0.0, frame_deadline - loop.time())
-                data = await asyncio.wait_for(reader.read(READ_BYTES), timeout)
-                if not data:
-                    break
-                if not pending:
-                    frame_deadline = loop.time() + FRAME_S
-                pending += data
-                commands, used, junk = split_frames(pending)
-                if used:
-                    del pending[:used]
-                    if pending:  # a new frame started in this read
-                        frame_deadline = loop.time() + FRAME_S
-                self._dispatch(conn, commands, tasks)
-                if junk is not None:
-                    raise junk
-        except (wire.FrameError, ValueError, RecursionError) as exc:
-            self.closed_for_junk += 1
-            log.info("remoting connection %s closed: %s", conn.peer, exc)
-        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, OSError):
-            pass
-        finally:
-            self._handlers.discard(me)
-            service.connection_closed(conn)
-            conn.close()
+        every = min(SWEEP_S, self.limits.idle_s / 4, self.limits.frame_s / 4)
+        while True:
+            await asyncio.sleep(every)
+            now = loop.time()
+            for conn in list(self.service.connections):
+                reason = conn.overdue(now)
+                if reason is not None:
+                    self.closed_for_time += 1
+                    log.info("remoting connection %s closed: %s", conn.peer, reason)
+                    conn.close()
 
-    def _dispatch(self, conn: Connection, commands: list[RemotingCommand],
-                  tasks: set[asyncio.Task]) -> None:
-        """Start answering ``commands`` in their order: a run of sends next to each other is
-        one task (one ``Broker.send_batch``), every other request a task of its own."""
-        sends: list[RemotingCommand] = []
-        for cmd in commands:
-            if cmd.is_response:
-                continue  # clients answer nothing we wait for (our requests are oneway)
-            if conn.in_flight >= self.max_in_flight:
-                conn.send(cmd.response(Response.SYSTEM_BUSY, remark="too many requests in "
-                                       f"progress on this connection ({self.max_in_flight})"))
-                continue
-            conn.in_flight += 1
-            if cmd.code in SEND_CODES:
-                sends.append(cmd)
-                continue
-            if sends:
-                self._start(tasks, self._answer_sends(conn, sends))
-                sends = []
-            self._start(tasks, self._answer(conn, cmd))
-        if sends:
-            self._start(tasks, self._answer_sends(conn, sends))
+    # -- asked by each Connection ---------------------------------------------------------
+    def accept(self, conn: Connection) -> bool:
+        """A new connection: False when the front already holds ``MAX_CONNECTIONS``."""
+        if len(self.service.connections) >= MAX_CONNECTIONS:
+            self.rejected_connections += 1
+            return False
+        self.service.connections.add(conn)
+        return True
 
-    @staticmethod
-    def _start(tasks: set[asyncio.Task], coro) -> None:
-        task = asyncio.create_task(coro)
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+    def lost(self, conn: Connection) -> None:
+        self.service.connection_closed(conn)
 
-    async def _answer(self, conn: Connection, cmd: RemotingCommand) -> None:
-        try:
-            response = await self.service.handle(conn, cmd)
-            conn.send(response)
-            await conn.writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            conn.in_flight -= 1
-
-    async def _answer_sends(self, conn: Connection, cmds: list[RemotingCommand]) -> None:
-        try:
-            conn.send_all(await self.service.handle_sends(conn, cmds))
-            await conn.writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            conn.in_flight -= len(cmds)
+    def refused(self, conn: Connection, exc: Exception) -> None:
+        """``conn`` sent a frame that does not parse (it is closed)."""
+        self.closed_for_junk += 1
+        log.info("remoting connection %s closed: %s", conn.peer, exc)
 
     def stop(self) -> None:
         """Unregister from NameServers, close every connection, release the port."""
@@ -268,6 +176,7 @@ class RemotingFront:
         return {"connections": len(service.connections) if service else 0,
                 "duplicate_sends": service.recent.duplicates if service else 0,
                 "closed_for_junk": self.closed_for_junk,
+                "closed_for_time": self.closed_for_time,
                 "rejected_connections": self.rejected_connections,
                 "registrations": self.registrar.registered if self.registrar else 0}
 
@@ -278,4 +187,4 @@ class RemotingFront:
         self.stop()
 
 
-__all__ = ["RemotingFront", "parse_listen", "DEFAULT_LISTEN"]
+__all__ = ["RemotingFront", "parse_listen", "DEFAULT_LISTEN", "split_frames"]

@@ -13,6 +13,8 @@ import h2.connection
 import h2.errors
 import h2.events
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rocks_timer.proxy import native_server
 
@@ -41,9 +43,10 @@ class Pair:
     """A raw HTTP/2 client and one server codec, wired in memory."""
 
     def __init__(self, max_message: int = MAX_MESSAGE, max_streams: int = MAX_STREAMS,
-                 settled: bool = True):
+                 settled: bool = True, **bounds: int):
         self.codec = codec_module.Connection({UNARY: "unary-method"}, {STREAM: "stream-method"},
-                                             max_message, max_streams, 16 * 1024, 1 << 20)
+                                             max_message, max_streams, 16 * 1024, 1 << 20,
+                                             **bounds)
         self.client = h2.connection.H2Connection(h2.config.H2Configuration(
             client_side=True, header_encoding=None))
         self.client.initiate_connection()
@@ -174,6 +177,21 @@ def test_an_oversize_message_of_an_announced_stream_resets_the_handler():
     assert pair.codec.send(sid, b"late") is False
 
 
+def test_request_data_in_flight_is_bounded_per_connection():
+    """Partial messages of several streams past ``max_buffered``: the stream whose data went
+    over is refused (RESOURCE_EXHAUSTED), the others complete, and nothing stays counted."""
+    pair = Pair(max_buffered=1500)
+    first, second = grpc_message(b"a" * 1000), grpc_message(b"b" * 700)
+    a = pair.call(UNARY, first[:900], end=False)
+    b = pair.call(UNARY, second[:650], end=False)  # 900 + 650 > 1500, both partial
+    assert pair.exchange() == []
+    assert status(pair.answer(b))[0] == 8
+    assert pair.codec.buffered == 900
+    pair.client.send_data(a, first[900:], end_stream=True)
+    assert [e[5] for e in pair.exchange()] == [b"a" * 1000]
+    assert pair.codec.buffered == 0
+
+
 def test_a_compressed_message_is_internal():
     pair = Pair()
     sid = pair.call(UNARY, grpc_message(b"packed", compressed=True))
@@ -189,13 +207,10 @@ def test_an_unknown_grpc_encoding_is_unimplemented():
     assert status(pair.answer(sid))[0] == 12
 
 
-@pytest.mark.parametrize("messages", [(), (b"\0\0\0\0\x01a", ), (b"\0\0\0\0\x05ab", )],
-                         ids=["none", "two", "cut-short"])
-def test_a_unary_call_without_exactly_one_whole_message_is_internal(messages):
+@pytest.mark.parametrize("body", [b"", grpc_message(b"a") + grpc_message(b"b"),
+                                  b"\0\0\0\0\x05ab"], ids=["none", "two", "cut-short"])
+def test_a_unary_call_without_exactly_one_whole_message_is_internal(body):
     pair = Pair()
-    body = b"".join(messages)
-    if messages == (b"\0\0\0\0\x01a",):
-        body = grpc_message(b"a") + grpc_message(b"b")
     sid = pair.call(UNARY, *([body] if body else []))
     assert pair.exchange() == []
     assert status(pair.answer(sid))[0] == 13
@@ -237,6 +252,7 @@ def test_streams_beyond_the_limit_are_refused_and_the_others_served():
     assert announced == sids[:MAX_STREAMS]
     refused = [sid for sid in sids if pair.answer(sid)["reset"] == h2.errors.ErrorCodes.REFUSED_STREAM]
     assert refused == sids[MAX_STREAMS:]
+    assert pair.codec.streams == MAX_STREAMS  # the refused ones hold nothing
     for sid in announced:
         assert pair.codec.finish(sid, 0, "")
     pair.exchange()
@@ -274,3 +290,47 @@ def test_bad_arguments_are_refused():
         codec_module.Connection({}, {}, -1, MAX_STREAMS, 16 * 1024, 1 << 20)
     with pytest.raises(TypeError):
         codec_module.Connection([], {}, MAX_MESSAGE, MAX_STREAMS, 16 * 1024, 1 << 20)
+
+
+def _conversation() -> bytes:
+    """A valid client's bytes: preface, settings, a unary call and a request stream."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                                  header_encoding=None))
+    client.initiate_connection()
+    client.send_headers(1, request_headers(UNARY, x_mq_client_id="c", grpc_timeout="5S"))
+    client.send_data(1, grpc_message(b"payload" * 20), end_stream=True)
+    client.send_headers(3, request_headers(STREAM))
+    client.send_data(3, grpc_message(b"a") + grpc_message(b"b" * 300))
+    client.reset_stream(3)
+    return client.data_to_send()
+
+
+VALID = _conversation() if native_server.AVAILABLE else b""
+
+
+@settings(max_examples=300, deadline=None)
+@given(flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=8),
+       cuts=st.lists(st.integers(1, 400), max_size=6), tail=st.binary(max_size=64))
+def test_damaged_input_never_breaks_the_codec(flips, cuts, tail):
+    """Any damage to a valid conversation (bytes changed, cut anywhere, junk after): the codec
+    answers, ends the connection or goes on; it never raises, and what it announces is
+    well formed."""
+    data = bytearray(VALID)
+    for at, value in flips:
+        data[at % len(data)] = value
+    data = bytes(data) + tail
+    codec = codec_module.Connection({UNARY: "u"}, {STREAM: "s"}, MAX_MESSAGE, MAX_STREAMS,
+                                    16 * 1024, 1 << 20)
+    at = 0
+    for size in cuts + [len(data)]:
+        for event in codec.feed(data[at:at + size]):
+            assert event[0] in (codec_module.CALL, codec_module.MESSAGE, codec_module.END,
+                                codec_module.RESET)
+            assert isinstance(event[1], int) and event[1] > 0
+            if event[0] == codec_module.CALL and event[2] == "u":
+                assert isinstance(event[5], bytes) and len(event[5]) <= MAX_MESSAGE
+                codec.reply(event[1], b"ok")
+        assert isinstance(codec.take(), bytes)
+        at += size
+        if at >= len(data):
+            break

@@ -187,8 +187,8 @@ class Held:
 class ServerThread:
     """A NativeServer with ``Held`` on its own loop thread, on a free port."""
 
-    def __init__(self, **bounds):
-        self.servicer = Held()
+    def __init__(self, servicer=None, **bounds):
+        self.servicer = servicer or Held()
         self.server = native_server.NativeServer(
             native_server.methods_of(metrics_sink.service_descriptor(), self.servicer),
             max_message=1 << 20, **bounds)
@@ -200,11 +200,13 @@ class ServerThread:
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(10)
 
     async def _start(self):
-        self.servicer.release = asyncio.Event()
+        if isinstance(self.servicer, Held):
+            self.servicer.release = asyncio.Event()
         await self.server.start(self.listener)
 
     def release(self):
-        self.loop.call_soon_threadsafe(self.servicer.release.set)
+        if isinstance(self.servicer, Held):
+            self.loop.call_soon_threadsafe(self.servicer.release.set)
 
     def close(self):
         asyncio.run_coroutine_threadsafe(self.server.stop(0.5), self.loop).result(10)
@@ -216,10 +218,10 @@ class ServerThread:
 def held():
     made = []
 
-    def make(**bounds):
+    def make(servicer=None, **bounds):
         bounds.setdefault("max_calls", 100)
         bounds.setdefault("idle_s", 60.0)
-        made.append(ServerThread(**bounds))
+        made.append(ServerThread(servicer, **bounds))
         return made[-1]
 
     yield make
@@ -358,3 +360,55 @@ def test_auto_falls_back_to_grpcio_with_a_warning_where_the_codec_is_not_built(
         server.pick_transport("native")
     with pytest.raises(ConfigError, match="one of"):
         server.pick_transport("h3")
+
+
+class Plain:
+    """Handlers that are plain functions (grpc.aio serves those too), one of them failing."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def Export(self, request, context):
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("the second export fails")
+        return metrics_sink.metrics_service_pb2.ExportMetricsServiceResponse()
+
+
+def test_a_plain_function_handler_is_answered_and_its_exception_is_unknown(held):
+    server = held(Plain())
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        assert export(channel).result() is not None
+        with pytest.raises(grpc.RpcError) as failed:
+            export(channel).result()
+        assert failed.value.code() == grpc.StatusCode.UNKNOWN
+        assert "the second export fails" in failed.value.details()
+
+
+def test_a_call_reset_in_the_same_read_as_it_came_holds_no_slot(held):
+    """The call and its RST_STREAM in one write: the handler's task is cancelled before its
+    first step, and the call is still counted out (a client repeating this must not fill the
+    limit in all)."""
+    import h2.config
+    import h2.connection
+    import h2.errors
+    server = held(max_calls=3)
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                                  header_encoding=None))
+    client.initiate_connection()
+    path = b"/opentelemetry.proto.collector.metrics.v1.MetricsService/Export"
+    with socket.create_connection(("127.0.0.1", server.port)) as raw:
+        for n, sid in enumerate(range(1, 2 * 10, 2)):  # more than the limit, one at a time
+            client.send_headers(sid, [(b":method", b"POST"), (b":scheme", b"http"),
+                                      (b":path", path), (b":authority", b"x"),
+                                      (b"content-type", b"application/grpc")])
+            client.send_data(sid, b"\0\0\0\0\0", end_stream=True)
+            client.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
+            raw.sendall(client.data_to_send())
+            wait_for(lambda: server.servicer.started == n + 1)  # admitted: the slot came back
+            wait_for(lambda: server.server.calls == 0)
+    with grpc.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        waiting = [export(channel) for _ in range(3)]
+        wait_for(lambda: server.server.calls == 3)
+        server.release()
+        assert all(call.result() is not None for call in waiting)
