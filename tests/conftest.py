@@ -14,6 +14,14 @@ if str(ROOT) not in sys.path:
 from rocks_timer import Broker, BrokerConfig, ManualClock  # noqa: E402
 
 from tests.support.engine_helpers import START_MS, engine_settings  # noqa: E402
+from tests.support.event_loops import restore_main_loop  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def main_thread_keeps_an_event_loop():
+    """After each test, the main thread has an event loop again (support/event_loops.py)."""
+    yield
+    restore_main_loop()
 
 
 @pytest.fixture

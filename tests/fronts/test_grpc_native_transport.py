@@ -412,3 +412,22 @@ def test_a_call_reset_in_the_same_read_as_it_came_holds_no_slot(held):
         wait_for(lambda: server.server.calls == 3)
         server.release()
         assert all(call.result() is not None for call in waiting)
+
+
+def test_the_call_context_gives_what_the_handlers_use():
+    loop = asyncio.new_event_loop()
+    try:
+        context = native_server.CallContext(
+            "ipv4:127.0.0.1:5", [("x-mq-client-id", "c1"), ("trace-bin", "AAEC"),
+                                 ("bad-bin", "A")], loop.time() + 30, loop)
+        assert context.peer() == "ipv4:127.0.0.1:5"
+        # -bin values base64-decoded (padding optional, as gRPC sends them); undecodable dropped
+        assert context.invocation_metadata() == (("x-mq-client-id", "c1"),
+                                                 ("trace-bin", b"\x00\x01\x02"))
+        assert 29 < context.time_remaining() <= 30
+        assert native_server.CallContext("p", None, None, loop).time_remaining() is None
+        with pytest.raises(native_server.Aborted) as aborted:
+            loop.run_until_complete(context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "full"))
+        assert (aborted.value.code, aborted.value.details) == (8, "full")
+    finally:
+        loop.close()

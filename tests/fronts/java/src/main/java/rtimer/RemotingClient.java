@@ -105,6 +105,11 @@ public final class RemotingClient {
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
         consumer.setNamesrvAddr(namesrv);
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        // "received" is printed inside the listener, before the client records the message as
+        // consumed: a stop right after it must let that consume finish, or the shutdown commits
+        // the offset from before it and the message comes again (a clean shutdown, as a careful
+        // application makes it; the default 0 does not wait for consumes in progress)
+        consumer.setAwaitTerminationMillisWhenShutdown(10_000);
         consumer.subscribe(topic, expression);
         consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
             long now = System.currentTimeMillis();
