@@ -169,15 +169,16 @@ REMOTING_RATES, REMOTING_PHASES = ("send_per_s", "consume_per_s"), ("send", "con
 
 
 def _remoting_round(namesrv: str, topic: str, n: int, body: int, log_root: Path,
-                    brokers: dict[str, int]) -> dict:
-    raw = java_bench(namesrv, topic, n, body, log_root, brokers)
+                    brokers: dict[str, int], client_warm: int) -> dict:
+    raw = java_bench(namesrv, topic, n, body, log_root, brokers, client_warm)
     return {"send_per_s": round(raw["sendPerSecond"], 1),
             "consume_per_s": round(raw["consumePerSecond"], 1), "consumed": raw["consumed"],
-            "complete": raw["complete"], "cpu_ms_per_message": raw["cpu_ms_per_message"]}
+            "complete": raw["complete"], "client_warm": raw["warm"],
+            "cpu_ms_per_message": raw["cpu_ms_per_message"]}
 
 
 def run(scratch: Path, n: int, rounds: int, body_bytes: int, warm: int, skip_rocketmq: bool,
-        fronts: tuple[str, ...], grpc_server: str = "auto") -> dict:
+        fronts: tuple[str, ...], grpc_server: str = "auto", client_warm: int = 100) -> dict:
     home = Path(tempfile.mkdtemp(prefix="bench-fronts-home-"))
     log_root = home / "java-logs"
     mq = import_client(home)
@@ -224,7 +225,8 @@ def run(scratch: Path, n: int, rounds: int, body_bytes: int, warm: int, skip_roc
                         print(f"round {r + 1} gRPC {side}: {figures}", flush=True)
                     if "remoting" in fronts:
                         figures = _remoting_round(targets[side]["namesrv"], remoting_topics[r],
-                                                  n, body_bytes, log_root, targets[side]["pids"])
+                                                  n, body_bytes, log_root, targets[side]["pids"],
+                                                  client_warm)
                         result["remoting"][side].append(figures)
                         print(f"round {r + 1} remoting {side}: {figures}", flush=True)
         finally:
@@ -292,9 +294,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated: grpc, remoting (default both)")
     parser.add_argument("--grpc-server", choices=("auto", "native", "grpcio"), default="auto",
                         help="rtimer's gRPC transport (rtimer run --grpc-server; default auto)")
+    parser.add_argument("--client-warm", type=int, default=100,
+                        help="remoting: sends each measuring client JVM makes before its measured "
+                        "ones (default 100: the JVM's compiler threads then still run through "
+                        "the measure; --warm's run is another JVM and warms only the brokers)")
     parser.add_argument("--skip-rocketmq", action="store_true", help="measure rtimer only")
     parser.add_argument("--results-dir", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.client_warm < 0:
+        parser.error("--client-warm is a count of sends (0 or more)")
     fronts = tuple(f.strip() for f in args.fronts.split(",") if f.strip())
     if not fronts or set(fronts) - {"grpc", "remoting"}:
         parser.error("--fronts takes grpc, remoting or both")
@@ -310,9 +318,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     with scratch_dir(args.results_dir and args.results_dir / "tmp", "bench-fronts-") as scratch:
         figures = run(scratch, args.messages, args.rounds, args.body, args.warm,
-                      args.skip_rocketmq, fronts, args.grpc_server)
+                      args.skip_rocketmq, fronts, args.grpc_server, args.client_warm)
     result = {"messages": args.messages, "rounds": args.rounds, "body_bytes": args.body,
-              "grpc_server": args.grpc_server,
+              "grpc_server": args.grpc_server, "client_warm": args.client_warm,
               "warm": args.warm, "clients": {"grpc": "rocketmq-python-client 5.1.2",
                                              "remoting": "rocketmq-client 4.9.8 (Java)"},
               "rocketmq": None if args.skip_rocketmq else "5.5.1 (bench/rocketmq/pom.xml)",

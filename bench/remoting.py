@@ -38,15 +38,18 @@ JAVA_TIMEOUT_S = 1800
 
 
 def java_bench(namesrv: str, topic: str, messages: int, body: int, log_root: Path,
-               brokers: dict[str, int] | None = None) -> dict:
+               brokers: dict[str, int] | None = None, client_warm: int | None = None) -> dict:
     """One JVM of ``RemotingClient bench ... stepped``: at each phase boundary it waits while the
     CPU time of ``brokers`` ({name: pid}) and of the client JVM itself is read; the result gains
-    ``cpu_ms_per_message`` for the send and the consume phase."""
+    ``cpu_ms_per_message`` for the send and the consume phase. ``client_warm``: the sends this
+    JVM makes before the measured ones (default 100)."""
     classpath = f"{JAVA_DIR / 'target' / 'classes'}:" + \
         (JAVA_DIR / "target" / "classpath.txt").read_text().strip()
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(
-            ["java", "-Xmx512m", f"-Drocketmq.client.logRoot={log_root}", "-cp", classpath,
+            ["java", "-Xmx512m", f"-Drocketmq.client.logRoot={log_root}",
+             *([f"-Drtimer.warm={client_warm}"] if client_warm is not None else []),
+             "-cp", classpath,
              "rtimer.RemotingClient", "bench", namesrv, topic, f"{topic}-group", str(messages),
              str(body), "stepped"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
             text=True)

@@ -14,7 +14,7 @@ from bench import fronts
 def test_bench_fronts_smoke_rtimer_side(tmp_path, capsys):
     need_java()
     assert fronts.main(["--messages", "30", "--rounds", "2", "--warm", "5", "--skip-rocketmq",
-                        "--results-dir", str(tmp_path)]) == 0
+                        "--client-warm", "7", "--results-dir", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "fronts.json").read_text())
     grpc_rounds = result["grpc"]["rounds"]["rtimer"]
     remoting_rounds = result["remoting"]["rounds"]["rtimer"]
@@ -27,6 +27,7 @@ def test_bench_fronts_smoke_rtimer_side(tmp_path, capsys):
             assert figures["cpu_ms_per_message"][phase]["client"] > 0
     for figures in remoting_rounds:
         assert figures["complete"] and figures["consumed"] == 30
+        assert figures["client_warm"] == 7  # the measuring JVM's own warm-up sends
         assert set(figures["cpu_ms_per_message"]["send"]) == {"broker", "client"}
     assert "rocketmq" not in result["grpc"]["median"]
     out = capsys.readouterr().out

@@ -169,7 +169,10 @@ public final class RemotingClient {
         producer.setSendMsgTimeout(15000);
         producer.setVipChannelEnabled(false);
         producer.start();
-        for (int i = 0; i < Math.min(100, count); i++) {  // warm-up: routes, connections, JIT
+        // warm-up: routes, connections, and this JVM's compiler (system property rtimer.warm, 100
+        // sends by default; a few thousand leave the client's compiler threads mostly idle)
+        int warm = Integer.getInteger("rtimer.warm", Math.min(100, count));
+        for (int i = 0; i < warm; i++) {
             producer.send(new Message(topic + "-warmup", "w", body));
         }
         step(stepped, in, "send");
@@ -203,6 +206,7 @@ public final class RemotingClient {
         out.put("event", "bench");
         out.put("messages", count);
         out.put("bodyBytes", bodyBytes);
+        out.put("warm", warm);
         out.put("sendSeconds", sendSeconds);
         out.put("sendPerSecond", count / sendSeconds);
         out.put("consumed", count - left.getCount());
