@@ -633,16 +633,30 @@ static Stream *open_stream(Connection *c, int id) {
     return s != NULL && s->announced && !s->finished ? s : NULL;
 }
 
+/* The (stream_id, payload) arguments of reply and send: the payload framed onto its open
+ * stream. Returns the stream, or NULL: with an exception set on an error, without one when the
+ * call is gone (reset, or answered already). */
+static Stream *add_message(Connection *c, PyObject *args, int *id) {
+    const char *data;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "iy#", id, &data, &n)) return NULL;
+    Stream *s = open_stream(c, *id);
+    if (s != NULL && append_message(s, data, n) < 0) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    return s;
+}
+
 /* reply(stream_id, payload): a unary call's whole answer (headers, the message, status 0).
  * False when the call is gone (reset, or answered already). */
 static PyObject *Connection_reply(Connection *c, PyObject *args) {
     int id;
-    const char *data;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "iy#", &id, &data, &n)) return NULL;
-    Stream *s = open_stream(c, id);
-    if (s == NULL) Py_RETURN_FALSE;
-    if (append_message(s, data, n) < 0) return PyErr_NoMemory();
+    Stream *s = add_message(c, args, &id);
+    if (s == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_FALSE;
+    }
     s->finished = 1;
     s->status_code = ST_OK;
     s->trailers_pending = 1;
@@ -656,12 +670,11 @@ static PyObject *Connection_reply(Connection *c, PyObject *args) {
 /* send(stream_id, payload): one more message of a streaming answer. */
 static PyObject *Connection_send(Connection *c, PyObject *args) {
     int id;
-    const char *data;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "iy#", &id, &data, &n)) return NULL;
-    Stream *s = open_stream(c, id);
-    if (s == NULL) Py_RETURN_FALSE;
-    if (append_message(s, data, n) < 0) return PyErr_NoMemory();
+    Stream *s = add_message(c, args, &id);
+    if (s == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        Py_RETURN_FALSE;
+    }
     int rc = s->response_started ? nghttp2_session_resume_data(c->session, id)
                                  : start_response(c, s);
     if (rc != 0 && rc != NGHTTP2_ERR_INVALID_ARGUMENT) {

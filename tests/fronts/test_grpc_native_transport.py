@@ -90,13 +90,7 @@ def conversation(endpoint: str) -> list:
         # over the transport's size limit (2 x the body maximum + 1 MiB): refused before a handler
         huge = message("EqTopic", b"h" * (2 * MAX_BODY + (1 << 20) + 1), ids[4])
         seen.append(outcome(stub.SendMessage, svc.SendMessageRequest(messages=[huge])))
-        receive = svc.ReceiveMessageRequest(batch_size=8)
-        receive.group.name = "EqGroup"
-        receive.message_queue.topic.name = "EqTopic"
-        receive.filter_expression.type = pb.TAG
-        receive.filter_expression.expression = "*"
-        receive.invisible_duration.seconds = 30
-        seen.append(outcome(stub.ReceiveMessage, receive))
+        seen.append(outcome(stub.ReceiveMessage, receive_request("EqGroup", "EqTopic", 8)))
         ack = svc.AckMessageRequest()
         ack.group.name, ack.topic.name = "EqGroup", "EqTopic"
         ack.entries.add(message_id=ids[0], receipt_handle="junk")
@@ -115,6 +109,17 @@ def conversation(endpoint: str) -> list:
                                       response_deserializer=lambda b: b)
         seen.append(outcome(unknown, b""))
     return seen
+
+
+def receive_request(group: str, topic: str, batch: int) -> "svc.ReceiveMessageRequest":
+    """A receive of up to ``batch`` messages of every tag, invisible for 30 s."""
+    receive = svc.ReceiveMessageRequest(batch_size=batch)
+    receive.group.name = group
+    receive.message_queue.topic.name = topic
+    receive.filter_expression.type = pb.TAG
+    receive.filter_expression.expression = "*"
+    receive.invisible_duration.seconds = 30
+    return receive
 
 
 def test_the_same_requests_get_the_same_answers_from_both_transports(fronts):
@@ -336,13 +341,8 @@ def test_a_streamed_answer_larger_than_the_unsent_bound_arrives_whole(fronts):
             message("BigTopic", body, f"01{i + 1:032X}") for i, body in enumerate(bodies)]),
             timeout=10)
         assert sent.status.code == Code.OK
-        receive = svc.ReceiveMessageRequest(batch_size=16)
-        receive.group.name = "BigGroup"
-        receive.message_queue.topic.name = "BigTopic"
-        receive.filter_expression.type = pb.TAG
-        receive.filter_expression.expression = "*"
-        receive.invisible_duration.seconds = 30
-        answers = list(stub.ReceiveMessage(receive, timeout=10))
+        answers = list(stub.ReceiveMessage(receive_request("BigGroup", "BigTopic", 16),
+                                           timeout=10))
     assert sorted(a.message.body for a in answers if a.HasField("message")) == bodies
 
 

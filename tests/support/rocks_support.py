@@ -72,3 +72,19 @@ def raw_timer_put(path: Path, key: bytes, value: bytes) -> None:
     db.write(batch)
     del handle
     db.close()
+
+
+def count_taken(monkeypatch, owner, name: str) -> list[int]:
+    """Wrap ``owner.name``, a single-record fast path that returns how many records it wrote
+    (0: it left them to the batch path), so that the one-item list returned adds up its answers
+    (``monkeypatch.undo()`` puts the original back)."""
+    taken = [0]
+    original = getattr(owner, name)
+
+    def counting(*args):
+        done = original(*args)
+        taken[0] += done
+        return done
+
+    monkeypatch.setattr(owner, name, counting)
+    return taken

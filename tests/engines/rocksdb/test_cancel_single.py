@@ -13,7 +13,7 @@ from rocks_timer import BrokerConfig
 from rocks_timer.timer.rocksdb import RocksTimerStore
 from rocks_timer.timer.rocksdb.transaction import Writer
 from tests.engines.rocksdb.test_schedule_single import contents
-from tests.support.rocks_support import T0, rec
+from tests.support.rocks_support import T0, count_taken, rec
 
 
 def steps(seed: int) -> list[tuple[str, object]]:
@@ -57,17 +57,8 @@ def run(store: RocksTimerStore, plan: list[tuple[str, object]]) -> list:
 def test_the_single_cancel_writes_what_the_batch_path_writes(tmp_path, monkeypatch, layout):
     config = BrokerConfig(vlog_segment_bytes=64 << 10, rocksdb_layout=layout)
     plan = steps(7)
-    taken = 0
-    original = Writer.cancel_one
-
-    def counting(*args):
-        nonlocal taken
-        done = original(*args)
-        taken += done
-        return done
-
     with RocksTimerStore.open(tmp_path / "single", config) as store:
-        monkeypatch.setattr(Writer, "cancel_one", counting)
+        taken = count_taken(monkeypatch, Writer, "cancel_one")
         single = run(store, plan)
         monkeypatch.undo()
     with RocksTimerStore.open(tmp_path / "batch", config) as store:
@@ -75,7 +66,7 @@ def test_the_single_cancel_writes_what_the_batch_path_writes(tmp_path, monkeypat
         batch = run(store, plan)
         monkeypatch.undo()
     cancels = sum(1 for kind, _ in plan if kind == "cancel")
-    assert 25 < taken < cancels  # both paths ran: the single one until KEYS came
+    assert 25 < taken[0] < cancels  # both paths ran: the single one until KEYS came
     assert True in single and False in single  # cancels that took a key and ones that did not
     assert single == batch
     assert contents(tmp_path / "single") == contents(tmp_path / "batch")
