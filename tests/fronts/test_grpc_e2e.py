@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tests.support.grpc_support import (ROOT, TRANSPORTS, BrokerProcess, bad_log_lines, config, log_offset, message,
-                          receive_until)
+from tests.support.grpc_support import (ROOT, TRANSPORTS, BrokerProcess, bad_log_lines, config,
+                                        log_offset, message, receive_until)
 import rocketmq
 from rocketmq import ConsumeResult, FilterExpression, MessageListener, Producer, PushConsumer
 from rocketmq import SimpleConsumer, TransactionChecker, TransactionResolution
@@ -22,6 +22,10 @@ from rocketmq.grpc_protocol import Metric
 from rocketmq.v5.exception import BadRequestException, NotFoundException, UnsupportedException
 
 MAX_DELAY_S = 3600
+# the two flows that wait on the clock longest (5-6 s each) run on the default transport only;
+# grpcio answers the same requests with the same answers (test_grpc_native_transport's equality
+# test) and runs every other flow here
+NATIVE_ONLY = pytest.mark.parametrize("broker", ["native"], indirect=True)
 
 
 @pytest.fixture(scope="module", params=TRANSPORTS)
@@ -59,6 +63,7 @@ def simple_consumer(broker, group, topic, await_s=5, expression="*"):
     return consumer
 
 
+@NATIVE_ONLY
 def test_send_receive_ack_keeps_tag_keys_and_properties(broker, producer, clean_log):
     receipt = producer.send(message("E2eNormal", b"order 42", tag="created", keys="k42",
                                     properties={"region": "eu", "amount": "12.50"}))
@@ -129,6 +134,7 @@ def test_unacked_message_comes_back_with_attempt_2(broker, producer, clean_log):
         consumer.shutdown()
 
 
+@NATIVE_ONLY
 def test_change_invisible_duration_then_ack(broker, producer, clean_log):
     producer.send(message("E2eInvisible", b"slow work"))
     consumer = simple_consumer(broker, "GroupInvisible", "E2eInvisible", await_s=3)
