@@ -79,7 +79,7 @@ class RemotingCommand:
 
     def encode(self) -> bytes:
         header = (_encode_binary(self) if self.serialize_type == ROCKETMQ_TYPE
-                  else _encode_json(self))
+                  else encode_json_header(self))
         return PREFIX.pack(4 + len(header) + len(self.body),
                            (self.serialize_type << 24) | len(header)) + header + self.body
 
@@ -90,7 +90,7 @@ def _text(value) -> str:
     return str(value)
 
 
-def _encode_json(cmd: RemotingCommand) -> bytes:
+def encode_json_header(cmd: RemotingCommand) -> bytes:
     """The JSON header. Its fields are in name order, as RocketMQ's fastjson writes them: the
     Java client's fastjson reads a header in that order field by field, and falls back to
     looking up each name when they come in another order. Written piece by piece (about 60%
@@ -109,7 +109,7 @@ def _encode_json(cmd: RemotingCommand) -> bytes:
 
 
 def json_header(cmd: RemotingCommand) -> bytes:
-    """The JSON header by the json module: the reference ``_encode_json`` is held equal to."""
+    """The JSON header by the json module: the reference ``encode_json_header`` is held to."""
     header = {"code": cmd.code, "extFields": cmd.ext, "flag": cmd.flag,
               "language": cmd.language, "opaque": cmd.opaque}
     if cmd.remark is not None:
