@@ -62,4 +62,33 @@ class BrokerCalls:
         return {"inlined": self.inlined, "pooled": self.pooled}
 
 
-__all__ = ["BrokerCalls"]
+class Resumed:
+    """Continues a coroutine that was stepped by hand and yielded ``first`` (the future it waits
+    for): awaiting this inside a task hands that future, and every later one, to the task, and
+    passes the task's sends and throws (a cancellation) down to the coroutine. Both fronts step
+    a request's coroutine on the read that brought it (most end without waiting, and then need
+    no task: Python 3.12's eager tasks, by hand on 3.11) and carry on only a waiting one so."""
+
+    __slots__ = ("coro", "first")
+
+    def __init__(self, coro, first):
+        self.coro, self.first = coro, first
+
+    def __await__(self):
+        coro, value = self.coro, self.first
+        while True:
+            try:
+                sent = yield value
+            except BaseException as exc:  # noqa: BLE001 - passed to the coroutine, as await does
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+                continue
+            try:
+                value = coro.send(sent)
+            except StopIteration as done:
+                return done.value
+
+
+__all__ = ["BrokerCalls", "Resumed"]

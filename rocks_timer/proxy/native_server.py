@@ -37,6 +37,8 @@ from typing import Any, Callable
 from google.protobuf import message_factory
 from google.protobuf.message import DecodeError
 
+from rocks_timer.front_calls import Resumed
+
 try:
     from rocks_timer._native import h2 as _h2
 except ImportError:  # built only where nghttp2's header is installed (setup.py)
@@ -124,33 +126,6 @@ class CallContext:
 
     async def abort(self, code, details: str = "", trailing_metadata=()) -> None:
         raise Aborted(status_number(code), details)
-
-
-class _Resumed:
-    """Continues a coroutine that was stepped by hand and yielded ``first`` (the future it waits
-    for): awaiting this inside a task hands that future, and every later one, to the task, and
-    passes the task's sends and throws (a cancellation) down to the coroutine."""
-
-    __slots__ = ("coro", "first")
-
-    def __init__(self, coro, first):
-        self.coro, self.first = coro, first
-
-    def __await__(self):
-        coro, value = self.coro, self.first
-        while True:
-            try:
-                sent = yield value
-            except BaseException as exc:  # noqa: BLE001 - passed to the coroutine, as await does
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-                continue
-            try:
-                value = coro.send(sent)
-            except StopIteration as done:
-                return done.value
 
 
 class _Requests:
@@ -399,7 +374,7 @@ class _Connection(asyncio.Protocol):
         except BaseException as exc:  # noqa: BLE001 - every failure is a status
             self._end_call(sid, *_status_of(exc))
             return
-        self._start(sid, self._unary_rest(sid, _Resumed(coro, waits_for)), deadline)
+        self._start(sid, self._unary_rest(sid, Resumed(coro, waits_for)), deadline)
 
     def _start(self, sid: int, work, deadline: float | None,
                requests: _Requests | None = None) -> None:
@@ -439,7 +414,7 @@ class _Connection(asyncio.Protocol):
         self.codec.finish(sid, code, details)
         self._flush_later()
 
-    async def _unary_rest(self, sid: int, rest: _Resumed) -> None:
+    async def _unary_rest(self, sid: int, rest: Resumed) -> None:
         try:
             response = await rest
         except asyncio.CancelledError:

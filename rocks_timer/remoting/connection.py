@@ -26,6 +26,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Coroutine
 
+from rocks_timer.front_calls import Resumed
 from rocks_timer.remoting import command as wire
 from rocks_timer.remoting.codes import Response
 from rocks_timer.remoting.command import RemotingCommand
@@ -64,40 +65,17 @@ def split_frames(data: bytearray) -> tuple[list[RemotingCommand], int, Exception
 
 def start_request(coro: Coroutine, tasks: set[asyncio.Task]) -> None:
     """Run ``coro`` on the caller's stack until it first waits; only if it waits does a task
-    carry it on from there (kept in ``tasks`` until done). Python 3.12's eager tasks do the
-    same; on 3.11 it is this."""
+    carry it on from there (``front_calls.Resumed``; kept in ``tasks`` until done)."""
     try:
         waiting = coro.send(None)
     except StopIteration:
         return
-    task = asyncio.ensure_future(_carry_on(coro, waiting))
+    task = asyncio.ensure_future(Resumed(coro, waiting))
     tasks.add(task)
     task.add_done_callback(tasks.discard)
-    # a task cancelled before its first step never ran a line of ``_carry_on``: the request
-    # is closed then, so that its ``finally`` blocks run (a no-op for a finished one)
+    # a task cancelled before its first step never resumed the request: it is closed then, so
+    # that its ``finally`` blocks run (a no-op for a finished one)
     task.add_done_callback(lambda _: coro.close())
-
-
-async def _carry_on(coro: Coroutine, waiting) -> None:
-    """Go on with ``coro``, which has just yielded ``waiting`` (what a coroutine yields to
-    its task: a future to wait for, or None for one turn of the loop). The future is waited
-    for, not awaited: the coroutine reads its outcome itself when it goes on."""
-    while True:
-        if waiting is None:
-            await asyncio.sleep(0)
-        elif asyncio.isfuture(waiting):
-            try:
-                await asyncio.wait((waiting,))
-            except asyncio.CancelledError:
-                waiting.cancel()  # as a task does: the request's wait is what is cancelled
-                await asyncio.wait((waiting,))
-        else:
-            coro.close()
-            raise RuntimeError(f"a request yielded {waiting!r}, not a future")
-        try:
-            waiting = coro.send(None)
-        except StopIteration:
-            return
 
 
 class Connection(asyncio.Protocol):
