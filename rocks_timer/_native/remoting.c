@@ -18,8 +18,9 @@
  *     A SEND_MESSAGE (10) or SEND_MESSAGE_V2 (310) header (``ext``, a dict) read and checked as
  *     ``ProducerHandlers._send_request`` reads it, for a plain send: not a batch, not
  *     compressed, a topic that is not a retry or dead-letter one, integers written plainly, a
- *     client UNIQ_KEY of 32 hex digits; the properties as ``decode_properties`` gives them,
- *     less WAIT. None for everything else. Reference: ``producing.send_request_reference``.
+ *     client UNIQ_KEY; the properties as ``decode_properties`` gives them, less WAIT (the
+ *     caller then names the message by its client's key, ``producing.name_by_client_key``).
+ *     None for everything else. Reference: ``producing.read_send_request``.
  *
  * json_header(code, ext, flag, language, opaque, remark, version) -> bytes or None
  *     The JSON header of a command whose fields are all text or ints, byte for byte as
@@ -465,15 +466,6 @@ static int topic_char(unsigned char ch) {
            ch == '_' || ch == '-' || ch == '|' || ch == '%';
 }
 
-static int hex_id(PyObject *id) {
-    if (!PyUnicode_Check(id) || !PyUnicode_IS_ASCII(id) || PyUnicode_GET_LENGTH(id) != 32)
-        return 0;
-    const unsigned char *p = PyUnicode_1BYTE_DATA(id);
-    for (int i = 0; i < 32; i++)
-        if (hex_digit(p[i]) < 0) return 0;
-    return 1;
-}
-
 /* decode_properties: name\x01value\x02 per entry; entries with an empty name or value are
  * skipped, the value runs to the entry's end (a later \x01 is part of it), a name seen again
  * keeps its place and takes the later value. New dict or NULL. */
@@ -553,12 +545,11 @@ PyObject *send_fields(PyObject *self, PyObject *args) {
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    PyObject *uniq = PyDict_GetItemWithError(props, S_uniq);
-    if (uniq == NULL || !hex_id(uniq) ||
+    if (PyDict_GetItemWithError(props, S_uniq) == NULL ||
         (PyDict_GetItemWithError(props, S_wait) != NULL && PyDict_DelItem(props, S_wait) < 0)) {
         Py_DECREF(props);
         if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;  /* no client id, or not 32 hex digits: the reference makes one */
+        Py_RETURN_NONE;  /* no client id: the reference makes a new one */
     }
     (void)max_reconsume;  /* checked: only a retry topic uses it, and those go to Python */
     PyObject *born_ms = born ? PyLong_FromLongLong(born) : Py_NewRef(Py_None);

@@ -44,8 +44,8 @@ class BadRequest(ValueError):
 
 def plain_send(cmd: RemotingCommand, max_body: int) -> Message | None:
     """The message of a plain SEND_MESSAGE or SEND_MESSAGE_V2 (not a batch, not compressed,
-    not to a retry or dead-letter topic, its client's UNIQ_KEY 32 hex digits, every field
-    written plainly) read and checked in C (``_native/remoting.c``, ``send_fields``); None for
+    not to a retry or dead-letter topic, with its client's UNIQ_KEY, every field written
+    plainly) read and checked in C (``_native/remoting.c``, ``send_fields``); None for
     anything else, which ``read_send_request`` then reads, or refuses. The tests hold the two
     equal (tests/fronts/test_remoting_native.py)."""
     if _native_send_fields is None or type(cmd.ext) is not dict or type(cmd.body) is not bytes:
@@ -54,6 +54,7 @@ def plain_send(cmd: RemotingCommand, max_body: int) -> Message | None:
     if fields is None:
         return None
     topic, queue_id, flag, properties, born_ms, reconsume = fields
+    name_by_client_key(properties)
     return Message(topic=topic, body=cmd.body, flag=flag, properties=properties,
                    queue_id=queue_id, born_ms=born_ms, reconsume_times=reconsume)
 
@@ -100,15 +101,9 @@ def _message(topic: str, queue_id: int, flag: int, body: bytes, props: dict,
              born_ms: int | None, reconsume: int, max_reconsume: int) -> Message:
     props = dict(props)
     props.pop("WAIT", None)
-    client_key = props.get(UNIQ_KEY)
-    if client_key is None:  # every client sets one; the dedup needs one
+    if UNIQ_KEY not in props:  # every client sets one; the dedup needs one
         props[UNIQ_KEY] = new_msg_id()
-    elif not _MSG_ID.match(client_key):
-        # rtimer's ids are 32 hex digits (16 bytes); a Java client on a host without an
-        # IPv4 address makes 56. Keep the client's id for its consumers and store under a
-        # 32-digit id derived from it (the same for a retry of the send).
-        props[CLIENT_UNIQ_KEY] = client_key[:MAX_CLIENT_KEY]
-        props[UNIQ_KEY] = hashlib.md5(client_key.encode("utf-8")).hexdigest().upper()
+    name_by_client_key(props)
     if topic.startswith(RETRY_PREFIX) and reconsume > max_reconsume:
         # RocketMQ moves a retry that ran out of attempts to the dead-letter topic
         topic, queue_id = DLQ_PREFIX + topic[len(RETRY_PREFIX):], 0
@@ -117,6 +112,17 @@ def _message(topic: str, queue_id: int, flag: int, body: bytes, props: dict,
             props.pop(name, None)
     return Message(topic=topic, body=body, flag=flag, properties=props, queue_id=queue_id,
                    born_ms=born_ms, reconsume_times=reconsume)
+
+
+def name_by_client_key(props: dict) -> None:
+    """Store a message under its client's UNIQ_KEY when that is 32 hex digits, rtimer's ids.
+    A Java client on a host without a private IPv4 address makes 56 (this benchmark machine's
+    does): the client's id is kept for its consumers (``CLIENT_UNIQ_KEY``) and the message is
+    stored under a 32-digit id derived from it (the same for a retry of the send)."""
+    client_key = props[UNIQ_KEY]
+    if not _MSG_ID.match(client_key):
+        props[CLIENT_UNIQ_KEY] = client_key[:MAX_CLIENT_KEY]
+        props[UNIQ_KEY] = hashlib.md5(client_key.encode("utf-8")).hexdigest().upper()
 
 
 class ProducerHandlers:

@@ -201,6 +201,12 @@ def test_the_java_clients_send_header_is_read_in_c_as_the_reference_reads_it():
     assert fast is not None and (fast.queue_id, fast.flag, fast.born_ms,
                                  fast.reconsume_times) == (3, -5, 1700000000000, 2)
     assert fast.properties["a"] == "b\x01c" and fast.msg_id == UNIQ
+    # a Java client on a host without a private IPv4 address (this machine's) makes 56 digits:
+    # stored under an id derived from it, the client's kept as CLIENT_UNIQ_KEY
+    java_id = "FD000000000000000000000000000002" + "5F2A18B4AAC27A7C3F1C0001"
+    fast = same_send(310, java_ext(i=f"UNIQ_KEY\x01{java_id}\x02WAIT\x01true\x02TAGS\x01t\x02"))
+    assert fast is not None and fast.properties["CLIENT_UNIQ_KEY"] == java_id
+    assert len(fast.msg_id) == 32 and fast.msg_id != java_id[:32]
 
 
 @pytest.mark.parametrize("changes", [
