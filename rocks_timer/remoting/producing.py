@@ -55,8 +55,8 @@ def plain_send(cmd: RemotingCommand, max_body: int) -> Message | None:
         return None
     topic, queue_id, flag, properties, born_ms, reconsume = fields
     name_by_client_key(properties)
-    return Message(topic=topic, body=cmd.body, flag=flag, properties=properties,
-                   queue_id=queue_id, born_ms=born_ms, reconsume_times=reconsume)
+    return Message.from_wire(topic, cmd.body, properties, flag=flag, queue_id=queue_id,
+                             born_ms=born_ms, reconsume_times=reconsume)
 
 
 def read_send_request(cmd: RemotingCommand, max_body: int) -> tuple[str, list[Message]]:
