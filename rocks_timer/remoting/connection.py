@@ -180,11 +180,22 @@ class Connection(asyncio.Protocol):
                 sends.append(cmd)
                 continue
             if sends:
-                start_request(self._answer_sends(sends), self.tasks)
+                self._start_sends(sends)
                 sends = []
             start_request(self._answer(cmd), self.tasks)
         if sends:
-            start_request(self._answer_sends(sends), self.tasks)
+            self._start_sends(sends)
+
+    def _start_sends(self, sends: list[RemotingCommand]) -> None:
+        """A send read alone is answered at once where it can be (``answer_now``: no
+        coroutine); a run of pipelined sends, or one that must wait, goes on as a request."""
+        if len(sends) == 1:
+            reply = self.service.answer_now(sends[0])
+            if reply is not None:
+                self.in_flight -= 1
+                self.send(reply)
+                return
+        start_request(self._answer_sends(sends), self.tasks)
 
     async def _answer(self, cmd: RemotingCommand) -> None:
         try:

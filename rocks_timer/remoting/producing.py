@@ -192,6 +192,9 @@ class ProducerHandlers:
     async def _store(self, messages):
         return await self.calls.short(self.broker.send_batch, messages)
 
+    def _store_now(self, messages):
+        return self.calls.run_now(self.broker.send_batch, messages)
+
     async def recall_message(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         header = Header(cmd.ext)
         topic = header.topic()

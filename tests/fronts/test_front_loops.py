@@ -84,6 +84,9 @@ def test_the_remoting_front_sends_wakes_a_held_pull_and_closes_only_a_junk_conne
         assert held and held[0].code == 0  # woken by the arrival, well before 10 s
         assert send(sender, "LoopTopic", b"again", code=310, UNIQ_KEY=UNIQ).ext["msgId"] == UNIQ
         assert front.stats()["duplicate_sends"] == 1 and front.stats()["closed_for_junk"] == 1
+        assert send(sender, "bad topic!", b"x", code=310, UNIQ_KEY=UNIQ).code == 13
+        requests, failures = front.request_counts()  # counted as handle() counts them
+        assert requests["SEND_MESSAGE_V2"] == 3 and failures == {"SEND_MESSAGE_V2": 1}
     finally:
         for client in clients:
             client.close()
