@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard rocks_timer/_native/*.c rocks_timer
 	$(call debian,the nghttp2 header for the native HTTP/2 codec,[ -e /usr/include/nghttp2/nghttp2.h ],libnghttp2-dev)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,grpc,spark]'
+	$(PY) -m pip install --quiet -e '.[dev,grpc,spark,fast]'
 	echo "$(CURDIR)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/rocks_timer_checkout.pth"
 	touch $(STAMP)
 

@@ -38,7 +38,8 @@ setup(packages=find_packages(include=["rocks_timer", "rocks_timer.*",
                              sources=[str(NATIVE / name) for name in
                                       ("module.c", "fields.c", "commitlog.c", "timer.c", "vlog.c",
                                        "delivery.c", "routing.c",
-                                       "claim.c", "tally.c", "consume.c", "client_records.c")],
+                                       "claim.c", "tally.c", "consume.c", "client_records.c",
+                                       "remoting.c")],
                              depends=[str(NATIVE / "native.h")],
                              extra_compile_args=["-O2"], optional=True)]
       + (HTTP2 if HAS_NGHTTP2 else []))

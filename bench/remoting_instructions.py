@@ -9,13 +9,15 @@ builds ``--sends`` request frames as the Java 4.9.8 client writes them (``bench.
 ``send_request``: a JSON header with the V2 one-letter fields, a 256-byte body), sends 200 of
 them untimed, then runs the rest inside ``functools.reduce``, and callgrind counts only what that
 thread executes inside it (``--toggle-collect=functools_reduce``, threads apart). Each send is
-the path a connection runs for a request read alone (with ``--timer``, each a timer message
-due a minute later, ``TIMER_DELIVER_MS``, which the broker routes to the timer engine):
-``split_frames`` (the frame and its JSON header), ``RemotingService.handle_sends`` (checks,
-the message, ``Broker.send_batch``, the reply) and the reply's ``encode``. The send must be
-answered without waiting (``async`` flush: the store runs on the calling thread), as the front
-answers it within the read that brought it. Not counted: the event loop's own work per read and
-the socket calls (the kernel's). Results: bench/results/remoting-instructions.json
+what a connection does with a read that brought one request (with ``--timer``, each a timer
+message due a minute later, ``TIMER_DELIVER_MS``, which the broker routes to the timer engine):
+``Connection.data_received`` (the frame and its JSON header, the checks, the message,
+``Broker.send_batch``, the reply, its encoding and its write to the transport, here a list;
+every reply is checked after the run). The send must be answered without waiting (``async``
+flush: the store runs on the calling thread), as the front answers it within the read that
+brought it. Not counted: the event loop's own work per read and the socket calls (the
+kernel's). Until session 35 the count was ``split_frames`` + ``handle_sends`` + ``encode``
+alone, without the connection's own work (a few thousand instructions). Results: bench/results/remoting-instructions.json
 (``-timer.json`` with ``--timer``). Needs ``valgrind`` (``make valgrind``).
 """
 from __future__ import annotations
@@ -35,7 +37,8 @@ from pathlib import Path
 from bench.common import RESULTS, scratch_dir, write_result
 from bench.remoting_latency import send_request
 from rocks_timer import Broker, BrokerConfig, ManualClock
-from rocks_timer.remoting.connection import split_frames
+from rocks_timer.remoting.connection import Connection, ConnectionLimits, split_frames
+from rocks_timer.remoting.server import MAX_IN_FLIGHT
 from rocks_timer.remoting.service import RemotingService
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,11 +46,31 @@ T0 = 1_800_000_000_000
 WARM = 200
 
 
+class Transport:
+    """What a ``Connection`` writes its replies to here: kept, so each is checked after the
+    counted run (a socket's own work is the kernel's, which callgrind does not count)."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, name: str):
+        return ("127.0.0.1", 1) if name == "peername" else None
+
+    def close(self) -> None:
+        raise RuntimeError("the connection closed: a frame did not parse")
+
+
 def child(n: int, timer: bool = False) -> None:
     """Run ``n`` sends inside ``functools.reduce`` (what callgrind counts)."""
     due = T0 + 60_000 if timer else None
-    frames = [bytearray(send_request(i, "BenchInstructions", bytes(256),
-                                     f"0A000001000000000000{i:012X}", due))
+    frames = [send_request(i, "BenchInstructions", bytes(256), f"0A000001000000000000{i:012X}",
+                           due)
               for i in range(1, WARM + n + 1)]
     with scratch_dir(prefix="remoting-ir-") as d:
         broker = Broker.open(d / "b", BrokerConfig(), clock=ManualClock(T0))
@@ -55,22 +78,22 @@ def child(n: int, timer: bool = False) -> None:
         async def run() -> None:
             with ThreadPoolExecutor(2) as pool:
                 service = RemotingService(broker, pool, "127.0.0.1", 9876, "bench", "cluster")
+                conn = Connection(None, service, ConnectionLimits(MAX_IN_FLIGHT, 180.0, 60.0))
+                conn.transport = transport = Transport()
 
-                def one(count: int, frame: bytearray) -> int:
-                    commands, _, junk = split_frames(frame)
-                    answering = service.handle_sends(None, commands)
-                    try:
-                        answering.send(None)
-                    except StopIteration as done:
-                        [reply] = done.value
-                        if reply.code != 0:
-                            raise RuntimeError(f"a send answered {reply.code}: {reply.remark}")
-                        reply.encode()
-                        return count + 1
-                    answering.close()
-                    raise RuntimeError("a send waited: not the path the front answers at once")
+                def one(count: int, frame: bytes) -> int:
+                    conn.data_received(frame)  # split, answer (stored at once), reply written
+                    return count + 1
                 functools.reduce(one, frames[:WARM], 0)  # first calls fill caches
                 functools.reduce(one, frames[WARM:], 0)
+                if conn.tasks or conn.in_flight:
+                    raise RuntimeError("a send waited: not the path the front answers at once")
+                replies, _, junk = split_frames(bytearray(b"".join(transport.written)))
+                if junk is not None or len(replies) != len(frames):
+                    raise RuntimeError(f"{len(replies)} replies to {len(frames)} sends ({junk})")
+                for reply in replies:
+                    if reply.code != 0:
+                        raise RuntimeError(f"a send answered {reply.code}: {reply.remark}")
         asyncio.run(run())
         broker.close()
     print(n)
@@ -113,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     per_send = round((twice - once) / args.sends)
     kind = "timer" if args.timer else "plain"
     result = {"sends": args.sends, "messages": kind, "instructions_per_send": per_send,
-              "path": "split_frames + RemotingService.handle_sends + encode, one "
-                      "SEND_MESSAGE_V2 of 256 B as the Java 4.9.8 client writes it"}
+              "path": "Connection.data_received with one SEND_MESSAGE_V2 of 256 B as the "
+                      "Java 4.9.8 client writes it (split, answer, encode, write)"}
     name = "remoting-instructions" + ("-timer" if args.timer else "")
     path = write_result(name, result, args.results_dir or RESULTS)
     print(f"remoting front, one SEND_MESSAGE_V2 ({kind} messages): {per_send:,} instructions "

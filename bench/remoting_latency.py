@@ -117,10 +117,11 @@ def reply_shape(probe: Probe) -> dict:
             "header": header.decode("utf-8", "replace") if data[4] == 0 else header.hex()}
 
 
-def start_rtimer(data: Path) -> tuple[subprocess.Popen, int]:
+def start_rtimer(data: Path, loop: str | None = None) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "--data-dir", str(data), "run", "--grpc-listen", "off",
-         "--remoting-listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+         "--remoting-listen", "127.0.0.1:0", *(["--loop", loop] if loop else [])],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     listening = re.compile(r"remoting .* listening on 127\.0\.0\.1:(\d+)")
     seen = []
@@ -133,8 +134,9 @@ def start_rtimer(data: Path) -> tuple[subprocess.Popen, int]:
     raise RuntimeError("rtimer run did not start:\n" + "".join(seen[-20:]))
 
 
-def run(scratch: Path, n: int, rounds: int, body: int, warm: int, skip_rocketmq: bool) -> dict:
-    rtimer_proc, rtimer_port = start_rtimer(scratch / "rt")
+def run(scratch: Path, n: int, rounds: int, body: int, warm: int, skip_rocketmq: bool,
+        loop: str | None = None) -> dict:
+    rtimer_proc, rtimer_port = start_rtimer(scratch / "rt", loop)
     mq = None
     try:
         probes = {"rtimer": Probe("127.0.0.1", rtimer_port, body, "0A00000100000000000A")}
@@ -194,14 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--body", type=int, default=256, help="body bytes")
     parser.add_argument("--warm", type=int, default=8000, help="untimed sends per broker first")
     parser.add_argument("--skip-rocketmq", action="store_true", help="measure rtimer only")
+    parser.add_argument("--loop", choices=["auto", "uvloop", "asyncio"], default=None,
+                        help="rtimer run --loop (default: rtimer's own default)")
     parser.add_argument("--results-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     with scratch_dir(args.results_dir and args.results_dir / "tmp",
                      "bench-rl-") as scratch:
         sides = run(scratch, args.messages, args.rounds, args.body, args.warm,
-                    args.skip_rocketmq)
+                    args.skip_rocketmq, args.loop)
     result = {"messages": args.messages, "rounds": args.rounds, "body_bytes": args.body,
-              "warm": args.warm, "sides": sides}
+              "warm": args.warm, "rtimer_loop": args.loop or "default", "sides": sides}
     result["summary"] = summary(result)
     path = write_result("remoting_latency", result, args.results_dir or RESULTS)
     print(result["summary"])

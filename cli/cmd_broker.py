@@ -9,6 +9,9 @@ from typing import Any
 
 import click
 
+from rocks_timer.errors import ConfigError
+from rocks_timer.listen import pick_loop
+
 from . import grpc_front, metrics_front, remoting_front, render
 from .durations import InputError, format_ms, parse_time_ms
 from .session import Settings, call, call_read_only
@@ -25,6 +28,11 @@ from .remote import BrokerSocketServer, socket_path
               help="The gRPC front's transport: native (HTTP/2 by libnghttp2, on the front's "
                    "event loop), grpcio (grpc.aio), or auto (native when it is built, else "
                    "grpcio with a warning).")
+@click.option("--loop", "loop", type=click.Choice(["auto", "uvloop", "asyncio"]), default="auto",
+              show_default=True,
+              help="The event loop the gRPC and remoting fronts run on: uvloop (libuv's, the "
+                   "'fast' extra), asyncio (the standard library's), or auto (uvloop when it "
+                   "is installed, else asyncio).")
 @click.option("--remoting-listen", metavar="HOST:PORT|off", default=None,
               help="Serve RocketMQ's 4.x remoting protocol (NameServer and broker on one "
                    "port: set a 4.x client's namesrvAddr to it); port 0 picks a free port; "
@@ -45,7 +53,7 @@ from .remote import BrokerSocketServer, socket_path
               help="A label on every metric (repeatable), e.g. cluster=prod or node_id=b1 "
                    "(defaults: cluster=DefaultCluster, node_type=broker, node_id=<hostname>).")
 @click.pass_obj
-def run(settings: Settings, grpc_listen: str | None, grpc_server: str,
+def run(settings: Settings, grpc_listen: str | None, grpc_server: str, loop: str,
         remoting_listen: str | None,
         namesrv_addr: str | None, broker_name: str | None, metrics_listen: str | None,
         dashboard: bool, metrics_labels: tuple[str, ...]) -> None:
@@ -66,6 +74,10 @@ def run(settings: Settings, grpc_listen: str | None, grpc_server: str,
     Example: rtimer run --metrics-listen 127.0.0.1:5557 --dashboard
     """
     metrics_plan = metrics_front.plan(metrics_listen, dashboard, metrics_labels)
+    try:
+        pick_loop(loop)  # uvloop asked for and not installed: refused before anything starts
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--loop") from None
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -78,9 +90,9 @@ def run(settings: Settings, grpc_listen: str | None, grpc_server: str,
                            f"{socket_path(settings.data_dir)}; Ctrl-C or SIGTERM stops it")
                 front = metrics = remoting = None
                 try:
-                    front = grpc_front.start(broker, grpc_listen, grpc_server)
+                    front = grpc_front.start(broker, grpc_listen, grpc_server, loop)
                     remoting = remoting_front.start(broker, remoting_listen, namesrv_addr,
-                                                    broker_name)
+                                                    broker_name, loop)
                     fronts = {"socket": sock_server.request_counts}
                     if front is not None:
                         fronts["grpc"] = front.request_counts

@@ -8,9 +8,10 @@ from rocks_timer.errors import RocksTimerError
 DEFAULT_LISTEN = "127.0.0.1:9876"
 
 
-def start(broker, listen: str | None, namesrv_addr: str | None, broker_name: str | None):
+def start(broker, listen: str | None, namesrv_addr: str | None, broker_name: str | None,
+          loop: str = "auto"):
     """The started front, or None when disabled. The default address is best effort (a taken
-    port is a warning); an address given explicitly must work."""
+    port is a warning); an address given explicitly must work. ``loop``: ``--loop``."""
     from rocks_timer.remoting import RemotingFront, parse_listen, parse_namesrv_addrs
     explicit = listen is not None
     listen = DEFAULT_LISTEN if listen is None else listen
@@ -23,7 +24,7 @@ def start(broker, listen: str | None, namesrv_addr: str | None, broker_name: str
     try:
         host, port = parse_listen(listen)  # type: ignore[misc]
         front = RemotingFront(broker, host, port, broker_name=broker_name,
-                              namesrv=namesrv).start()
+                              namesrv=namesrv, loop=loop).start()
     except RocksTimerError as exc:
         if explicit or namesrv:
             raise
@@ -31,7 +32,7 @@ def start(broker, listen: str | None, namesrv_addr: str | None, broker_name: str
                    "--remoting-listen HOST:PORT or off)", err=True)
         return None
     line = (f"rtimer: remoting (RocketMQ 4.x NameServer and broker protocol) listening on "
-            f"{front.address} as broker {front.broker_name}")
+            f"{front.address} as broker {front.broker_name} ({front.loop})")
     if namesrv:
         line += f"; registering with NameServer {namesrv_addr}"
     click.echo(line)

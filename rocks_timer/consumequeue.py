@@ -147,9 +147,15 @@ class ConsumeQueue:
                     raise ValueError(f"{self.topic}/{self.queue_id}: append at {first_queue_offset},"
                                      f" expected {self._max_offset}")
                 self._reset_empty(first_queue_offset)
-            for start, here, chunk in self._chunks(data, self._max_offset * ENTRY_SIZE):
-                os.pwrite(self._fd_for(start), chunk, here - start)
-                self.bytes_written += len(chunk)
+            position = self._max_offset * ENTRY_SIZE
+            start = position - position % self._file_bytes
+            if position + len(data) <= start + self._file_bytes:  # within one file (most)
+                os.pwrite(self._fd_for(start), data, position - start)
+                self.bytes_written += len(data)
+            else:
+                for start, here, chunk in self._chunks(data, position):
+                    os.pwrite(self._fd_for(start), chunk, here - start)
+                    self.bytes_written += len(chunk)
             self._max_offset += len(data) // ENTRY_SIZE
 
     def _chunks(self, data: bytes, position: int):

@@ -48,6 +48,17 @@ class BrokerCalls:
             return fn(*args, **kwargs)
         return await self.pool(fn, *args, **kwargs)
 
+    def can_run_now(self) -> bool:
+        """Whether ``short`` would run its call on the loop's thread at this moment (then
+        ``run_now`` does the same without a coroutine, and nothing of this front waits on the
+        pool)."""
+        return self.inline and not self.on_pool
+
+    def run_now(self, fn, *args):
+        """``short``'s call on the loop's thread, for a caller that checked ``can_run_now``."""
+        self.inlined += 1
+        return fn(*args)
+
     async def pool(self, fn, *args, **kwargs):
         """A call on the pool (one that may be long or wait for the disk)."""
         self.on_pool += 1

@@ -1,6 +1,12 @@
 """The listen addresses of the network fronts (``--grpc-listen``, ``--remoting-listen``,
-``--metrics-listen``): one reading of ``HOST:PORT`` for all of them; and the thread an asyncio
-front (gRPC, remoting) serves on."""
+``--metrics-listen``): one reading of ``HOST:PORT`` for all of them; the thread an asyncio
+front (gRPC, remoting) serves on, and the event loop it runs (``rtimer run --loop``).
+
+The loop: ``uvloop`` (libuv's loop, the ``fast`` extra) when it is installed, else asyncio's
+own; both run the same fronts unchanged. uvloop does a request's turn of the loop (the poll,
+the read, the callbacks, the write) in C where asyncio does it in Python: the remoting front
+spent measurably less CPU per one-at-a-time send on it (docs/DECISIONS.md "The remoting send
+on a native path"). ``auto`` is the default: uvloop where it is installed, asyncio otherwise."""
 from __future__ import annotations
 
 import asyncio
@@ -28,13 +34,45 @@ def parse_listen(text: str, option: str, allow_off: bool = True) -> tuple[str, i
     return host, int(port)
 
 
+LOOPS = ("auto", "uvloop", "asyncio")
+
+
+def pick_loop(choice: str) -> str:
+    """``--loop`` (auto, uvloop or asyncio) -> the loop that will run: ``uvloop`` or
+    ``asyncio``. ``uvloop`` asked for but not installed is a ConfigError; ``auto`` takes
+    uvloop when it is installed."""
+    if choice not in LOOPS:
+        raise ConfigError(f"--loop {choice!r} must be one of {', '.join(LOOPS)}")
+    if choice == "asyncio":
+        return "asyncio"
+    try:
+        import uvloop  # noqa: F401 - only whether it imports
+        installed = True
+    except ImportError:
+        installed = False
+    if choice == "uvloop" and not installed:
+        raise ConfigError("--loop uvloop: uvloop is not installed (pip install "
+                          "'rocks-timer[fast]'), use --loop asyncio or auto")
+    return "uvloop" if installed else "asyncio"
+
+
+def new_loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """What makes a new loop of ``kind`` (``pick_loop``'s answer)."""
+    if kind == "uvloop":
+        import uvloop
+        return uvloop.new_event_loop
+    return asyncio.new_event_loop
+
+
 class LoopThread:
     """An asyncio front's event loop on a daemon thread of its own. :meth:`start` returns once
     the serve coroutine has called :meth:`ready` (bound and serving), or raises ConfigError
-    saying why it could not start; the coroutine waits in :meth:`stopping` until :meth:`stop`."""
+    saying why it could not start; the coroutine waits in :meth:`stopping` until :meth:`stop`.
+    ``loop``: ``auto``, ``uvloop`` or ``asyncio`` (``pick_loop``); ``kind`` says which runs."""
 
-    def __init__(self, name: str, what: str) -> None:
+    def __init__(self, name: str, what: str, loop: str = "auto") -> None:
         self.name, self.what = name, what  # the thread's name; the front, in messages
+        self.kind = pick_loop(loop)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
@@ -52,7 +90,8 @@ class LoopThread:
 
     def _run(self, serve: Callable[[], Awaitable[None]]) -> None:
         try:
-            asyncio.run(self._main(serve))
+            with asyncio.Runner(loop_factory=new_loop_factory(self.kind)) as runner:
+                runner.run(self._main(serve))
         except BaseException as exc:  # noqa: BLE001 - reported to start() or logged
             if not self._started.is_set():
                 self._error = exc

@@ -56,6 +56,11 @@ class PutResults(Sequence):
         msg_id, topic = prepared_identity(msg) if type(msg) is bytes else (msg.msg_id, msg.topic)
         return PutResult(msg_id, topic, queue_id, queue_offset, position, size, self._store_ms)
 
+    def __iter__(self):
+        """The results in order (``Sequence``'s own iteration indexes until an IndexError)."""
+        for i in range(len(self)):
+            yield self[i]
+
     @property
     def end_offset(self) -> int:
         """CommitLog offset just past the last record of these results."""

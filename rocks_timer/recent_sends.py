@@ -45,6 +45,37 @@ class RecentSends:
         future.set_result(results)
         return results
 
+    def settled(self, messages: Sequence[Message]) -> bool:
+        """False while a first send of these messages is still being stored (a retry must then
+        wait for it: ``send``); True otherwise."""
+        known = self._recent.get(tuple((m.topic, m.msg_id) for m in messages))
+        return known is None or known.done()
+
+    def send_now(self, messages: Sequence[Message],
+                 store: Callable[[Sequence[Message]], list]) -> list:
+        """``send`` with a ``store`` that runs at once on this thread, for messages that are
+        ``settled``: the same answers (a retry gets its first send's results or error, a new
+        send is remembered, a failed one forgotten), with no coroutine and nothing to await."""
+        key = tuple((m.topic, m.msg_id) for m in messages)
+        known = self._recent.get(key)
+        if known is not None:
+            self.duplicates += 1
+            return known.result()  # done (``settled``): its results, or its error raised
+        future = asyncio.get_running_loop().create_future()
+        self._recent[key] = future
+        while len(self._recent) > self.capacity:
+            self._recent.popitem(last=False)
+        try:
+            results = store(messages)
+        except BaseException as exc:
+            if self._recent.get(key) is future:
+                del self._recent[key]
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise it, nobody else must
+            raise
+        future.set_result(results)
+        return results
+
     async def send_many(self, groups: Sequence[Sequence[Message]],
                         store: Callable[[Sequence[Message]], Awaitable[list]]) -> list:
         """``send`` for several sends at once (the pipelined requests of one connection): the

@@ -1,7 +1,7 @@
 /* The extension module rocks_timer._native.codec: the hot paths of the CommitLog writer
  * (commitlog.c), of reading messages (fields.c), of scheduling into RocksDB (timer.c) and of
- * reading value segments (vlog.c) and of delivery (delivery.c), and the metrics' tallies
- * (tally.c). */
+ * reading value segments (vlog.c) and of delivery (delivery.c), the metrics' tallies
+ * (tally.c), and the remoting front's plain send (remoting.c). */
 #include "native.h"
 
 static PyObject *encode_properties(PyObject *self, PyObject *mapping) {
@@ -54,6 +54,12 @@ static PyMethodDef methods[] = {
      "A pulled page's records in the V1 layout 4.x clients decode (body CRC, hosts set)."},
     {"delivery_tally", delivery_tally, METH_VARARGS,
      "A delivered batch's topics, lateness sum and histogram counts, and early count."},
+    {"remoting_frames", remoting_frames, METH_VARARGS,
+     "The whole remoting frames with a plain JSON header from an offset, as commands."},
+    {"send_fields", send_fields, METH_VARARGS,
+     "A plain SEND_MESSAGE(_V2) header checked into its message's fields, or None."},
+    {"json_header", json_header, METH_VARARGS,
+     "A remoting command's JSON header as the json module writes it, or None."},
     {"java_string_hash", java_string_hash, METH_O, "Java's String.hashCode of a str."},
     {NULL, NULL, 0, NULL},
 };
@@ -63,7 +69,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "codec", NULL, -1, me
 PyMODINIT_FUNC PyInit_codec(void) {
     crc_init();
     timer_init();
-    if (fields_init() < 0 || routing_init() < 0) return NULL;
+    if (fields_init() < 0 || routing_init() < 0 || remoting_init() < 0) return NULL;
     PyObject *mod = PyModule_Create(&module);
     if (mod == NULL) return NULL;
 #ifdef __SIZEOF_INT128__

@@ -99,6 +99,11 @@ PyObject *client_records(PyObject *self, PyObject *args);
 int routing_init(void);
 PyObject *route_common(PyObject *self, PyObject *args);
 PyObject *route_common_batch(PyObject *self, PyObject *args);
+/* remoting.c */
+int remoting_init(void);
+PyObject *remoting_frames(PyObject *self, PyObject *args);
+PyObject *send_fields(PyObject *self, PyObject *args);
+PyObject *json_header(PyObject *self, PyObject *args);
 /* timer.c */
 void timer_init(void);
 PyObject *encode_schedule(PyObject *self, PyObject *args);

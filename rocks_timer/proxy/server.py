@@ -110,7 +110,7 @@ class GrpcFront:
     """Serves ``apache.rocketmq.v2.MessagingService`` for ``broker`` on ``host:port``."""
 
     def __init__(self, broker, host: str, port: int, *, workers: int = 8,
-                 transport: str = "auto"):
+                 transport: str = "auto", loop: str = "auto"):
         self.broker = broker
         self.host = host
         self.port = port
@@ -119,7 +119,12 @@ class GrpcFront:
         self.pop: PopService | None = None
         self.service: MessagingService | None = None
         self.sink = None
-        self._serving = listen.LoopThread("grpc-front", "gRPC front")
+        self._serving = listen.LoopThread("grpc-front", "gRPC front", loop)
+
+    @property
+    def loop(self) -> str:
+        """The event loop that serves: ``uvloop`` or ``asyncio`` (``listen.pick_loop``)."""
+        return self._serving.kind
 
     @property
     def address(self) -> str:

@@ -32,6 +32,11 @@ from rocks_timer.remoting.codes import Response
 from rocks_timer.remoting.command import RemotingCommand
 from rocks_timer.remoting.service import SEND_CODES
 
+try:  # the frames and JSON headers in C (rocks_timer/_native/remoting.c), when it was built
+    from rocks_timer._native.codec import remoting_frames as _native_frames
+except ImportError:  # pragma: no cover - no C compiler at install time
+    _native_frames = None
+
 # what makes a frame unreadable (its length can no longer be trusted): the connection closes
 JUNK = (wire.FrameError, ValueError, RecursionError)
 
@@ -48,8 +53,26 @@ class ConnectionLimits:
 def split_frames(data: bytearray) -> tuple[list[RemotingCommand], int, Exception | None]:
     """The whole frames at the start of ``data``: (commands, bytes they used, the error of
     a frame that does not parse, or None). The frames before a bad one are still answered;
-    the bad one closes the connection (its length can no longer be trusted)."""
-    commands, at, end = [], 0, len(data)
+    the bad one closes the connection (its length can no longer be trusted).
+
+    The frames with a plain JSON header (every request the Java client sends) are split and
+    decoded in C (``_native/remoting.c``, ``remoting_frames``); from the first frame it does
+    not take, ``split_frames_reference`` goes on, so odd and bad frames get its answers."""
+    if _native_frames is None:
+        return split_frames_reference(data)
+    commands, at, stopped = _native_frames(data, 0, wire.MAX_FRAME, wire.MAX_HEADER,
+                                           RemotingCommand)
+    if not stopped:
+        return commands, at, None
+    return split_frames_reference(data, at, commands)
+
+
+def split_frames_reference(data: bytearray, at: int = 0,
+                           commands: list[RemotingCommand] | None = None
+                           ) -> tuple[list[RemotingCommand], int, Exception | None]:
+    """``split_frames`` in Python, from ``at``, after ``commands`` (the reference the C is
+    held equal to, tests/fronts/test_remoting_native.py)."""
+    commands, end = [] if commands is None else commands, len(data)
     try:
         while end - at >= 8:
             total, _ = wire.frame_size(bytes(data[at:at + 8]))
@@ -157,11 +180,22 @@ class Connection(asyncio.Protocol):
                 sends.append(cmd)
                 continue
             if sends:
-                start_request(self._answer_sends(sends), self.tasks)
+                self._start_sends(sends)
                 sends = []
             start_request(self._answer(cmd), self.tasks)
         if sends:
-            start_request(self._answer_sends(sends), self.tasks)
+            self._start_sends(sends)
+
+    def _start_sends(self, sends: list[RemotingCommand]) -> None:
+        """A send read alone is answered at once where it can be (``answer_now``: no
+        coroutine); a run of pipelined sends, or one that must wait, goes on as a request."""
+        if len(sends) == 1:
+            reply = self.service.answer_now(sends[0])
+            if reply is not None:
+                self.in_flight -= 1
+                self.send(reply)
+                return
+        start_request(self._answer_sends(sends), self.tasks)
 
     async def _answer(self, cmd: RemotingCommand) -> None:
         try:
@@ -202,4 +236,5 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
 
-__all__ = ["Connection", "ConnectionLimits", "split_frames", "start_request"]
+__all__ = ["Connection", "ConnectionLimits", "split_frames", "split_frames_reference",
+           "start_request"]

@@ -44,7 +44,7 @@ class RemotingFront:
     def __init__(self, broker, host: str, port: int, *, broker_name: str | None = None,
                  namesrv: list[tuple[str, int]] | None = None, workers: int = 8,
                  max_in_flight: int = MAX_IN_FLIGHT, idle_s: float = IDLE_S,
-                 frame_s: float = FRAME_S):
+                 frame_s: float = FRAME_S, loop: str = "auto"):
         if broker_name is not None and not TOPIC_PATTERN.match(broker_name):
             raise ConfigError(f"--broker-name {broker_name!r} is invalid; it must match "
                               "^[%|a-zA-Z0-9_-]{1,127}$ (it is also a topic name)")
@@ -60,7 +60,12 @@ class RemotingFront:
         self.rejected_connections = 0
         self.closed_for_junk = 0
         self.closed_for_time = 0  # idle, or a frame not whole in time
-        self._serving = listen.LoopThread("remoting-front", "remoting front")
+        self._serving = listen.LoopThread("remoting-front", "remoting front", loop)
+
+    @property
+    def loop(self) -> str:
+        """The event loop that serves: ``uvloop`` or ``asyncio`` (``listen.pick_loop``)."""
+        return self._serving.kind
 
     @property
     def address(self) -> str:

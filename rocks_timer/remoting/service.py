@@ -141,6 +141,35 @@ class RemotingService(ProducerHandlers, ConsumerHandlers, AdminHandlers):
                 self.failures[self.names.get(cmd.code, "UNKNOWN")] += 1
         return replies
 
+    def answer_now(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """``handle``'s answer to a send read alone, made without a coroutine when its store
+        runs on the loop's thread at once (``BrokerCalls.can_run_now``, and no first send of the
+        same messages still in progress); None otherwise, and then ``handle`` answers it. The
+        same checks, store, dedup, counts and replies as ``handle`` (``send_message``), for the
+        one-at-a-time client, whose reply latency is its send rate."""
+        if not self.calls.can_run_now():
+            return None
+        try:
+            messages = self._send_request(cmd)
+        except Exception as exc:  # noqa: BLE001 - answered as handle answers it
+            return self._counted(cmd, self.error_reply(cmd, exc))
+        if not self.recent.settled(messages):
+            return None
+        try:
+            results = self.recent.send_now(messages, self._store_now)
+            reply = self._send_reply(cmd, messages, results)
+        except Exception as exc:  # noqa: BLE001 - answered as handle answers it
+            reply = self.error_reply(cmd, exc)
+        return self._counted(cmd, reply)
+
+    def _counted(self, cmd: RemotingCommand, reply: RemotingCommand) -> RemotingCommand:
+        """``reply`` to ``cmd``, counted in the requests and failures as ``handle`` counts."""
+        name = self.names.get(cmd.code, "UNKNOWN")
+        self.requests[name] += 1
+        if reply.code not in _ANSWERS:
+            self.failures[name] += 1
+        return reply
+
     async def route(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         topic = Header(cmd.ext).topic()
         self.topics.note(topic)
