@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -102,6 +103,33 @@ def _listening(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def namesrv_route(address: str, topic: str) -> dict | None:
+    """GET_ROUTEINFO_BY_TOPIC (code 105) to the NameServer at ``address``, as a client asks it:
+    the route document, or None when the NameServer knows no route (TOPIC_NOT_EXIST)."""
+    from rocks_timer.remoting.command import RemotingCommand, decode, frame_size
+
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(RemotingCommand(105, opaque=1, ext={"topic": topic}).encode())
+        head = _read_exactly(sock, 8)
+        total, _ = frame_size(head)
+        reply = decode(int.from_bytes(head[4:], "big"), _read_exactly(sock, total - 4))
+    if reply.code != 0:
+        return None
+    # the NameServer writes fastjson: map keys may be bare numbers ({0:"host:port"})
+    return json.loads(re.sub(rb'([{,])(\d+):', rb'\1"\2":', reply.body))
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("the NameServer closed the connection")
+        out += chunk
+    return out
 
 
 def _jar_of(cp: str, artifact: str) -> Path:
@@ -283,18 +311,16 @@ class RocketMQCluster:
             self._await_route(topic, deadline)
 
     def _await_route(self, topic: str, deadline: float) -> None:
+        # asked the way a client asks (one request on a socket), not with `mqadmin topicRoute`:
+        # each mqadmin is a JVM start of ~6 s, and the first ask often came too early
         while True:
-            proc = subprocess.run(
-                self._java_cmd("rmq.tools.logback.xml",
-                               "org.apache.rocketmq.tools.command.MQAdminStartup",
-                               ["topicRoute", "-n", self.namesrv_addr, "-t", topic], 128),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self._env(),
-                timeout=120)
-            if proc.returncode == 0 and BROKER_NAME in proc.stdout:
+            route = namesrv_route(self.namesrv_addr, topic)
+            if route is not None and any(b.get("brokerName") == BROKER_NAME
+                                         for b in route.get("brokerDatas", ())):
                 return
             if time.monotonic() > deadline:
-                raise RuntimeError(f"no route for {topic} at the NameServer:\n{proc.stdout}")
-            time.sleep(0.5)
+                raise RuntimeError(f"no route for {topic} at the NameServer: {route}")
+            time.sleep(0.1)
 
     # -- internals -----------------------------------------------------------------------------
     def _extract_logback(self) -> None:

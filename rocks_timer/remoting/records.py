@@ -17,7 +17,7 @@ import socket
 import struct
 import zlib
 
-from rocks_timer.message import UNIQ_KEY, Message, decode_properties, encode_properties
+from rocks_timer.message import KEYS, UNIQ_KEY, Message, decode_properties, encode_properties
 
 MESSAGE_MAGIC = 0xDAA320A7
 CLIENT_UNIQ_KEY = "CLIENT_UNIQ_KEY"  # see producing: shown to clients as their UNIQ_KEY
@@ -91,16 +91,59 @@ _ROW = 9  # the index row of rocks_timer.consume_read (PulledBatch.records)
 _CLIENT_FIELDS = ((8, 4), (36, 4), (48, 8), (64, 8), (76, 8))  # what the client sees differently
 _U32 = struct.Struct(">I")
 _HOST_PORT = struct.Struct(">4sI")
+_CLIENT_NAME = CLIENT_UNIQ_KEY.encode()
+_CLIENT_ENTRY = _CLIENT_NAME + b"\x01"
+_UNIQ_NAME = UNIQ_KEY.encode()
+_KEYS_NAME = KEYS.encode()
+MAX_RENAMED_ENTRIES = 64  # a longer property string is renamed message by message (O(n))
 
 
-def client_records_py(blob: bytes, index, host: bytes, port: int) -> bytes:
+def shown_properties(props: bytes) -> bytes | None:
+    """A stored record's property string as a client is shown it (what ``encode_for_client``
+    writes): the same bytes, unless an entry is ``CLIENT_UNIQ_KEY``; then that entry is left
+    out and its value shown as ``UNIQ_KEY`` (in UNIQ_KEY's place, else last). The rename is
+    done on the bytes only for the form rtimer writes (every entry ``name\\x01value\\x02``,
+    both parts non-empty, no second ``\\x01``, names unique, KEYS already normalised, at most
+    ``MAX_RENAMED_ENTRIES`` entries); anything else answers None and the page is encoded
+    message by message. The shown string is shorter than the stored one (a UNIQ_KEY entry is 7
+    bytes shorter than the CLIENT_UNIQ_KEY entry whose value it shows). The reference of the rename in
+    ``rocks_timer/_native/client_records.c``."""
+    if not (props.startswith(_CLIENT_ENTRY) or b"\x02" + _CLIENT_ENTRY in props):
+        return props
+    parts = props.split(b"\x02")
+    if parts[-1] or len(parts) - 1 > MAX_RENAMED_ENTRIES:
+        return None
+    entries, client = [], None
+    for part in parts[:-1]:
+        name, sep, value = part.partition(b"\x01")
+        if not (sep and name and value) or b"\x01" in value:
+            return None
+        if name == _KEYS_NAME and value.strip(b" ") and (
+                value[:1] == b" " or value[-1:] == b" " or b"  " in value):
+            return None  # the reader normalises KEYS: such bytes would not be shown as stored
+        entries.append((name, value))
+        if name == _CLIENT_NAME:
+            client = value
+    names = [name for name, _ in entries]
+    if len(set(names)) != len(names):
+        return None
+    out = [name + b"\x01" + (client if name == _UNIQ_NAME else value) + b"\x02"
+           for name, value in entries if name != _CLIENT_NAME]
+    if _UNIQ_NAME not in names:
+        out.append(_UNIQ_NAME + b"\x01" + client + b"\x02")
+    return b"".join(out)
+
+
+def client_records_py(blob: bytes, index, host: bytes, port: int) -> bytes | None:
     """The records of a pulled page (``PulledBatch.records()``) in the V1 layout clients decode:
     each stored record copied whole with five fields set for the client, as
     ``encode_for_client`` writes them: ``bodyCRC`` (CRC32 of the body, 31 bits), ``sysFlag``
     0, ``bornHost`` this front's address with port 0, ``storeHost`` this front's address and
-    port, ``preparedTransactionOffset`` 0. The reference of the native ``client_records``
-    (``rocks_timer/_native/client_records.c``); for records without ``CLIENT_UNIQ_KEY``
-    (which ``encode_for_client`` renames), byte for byte what ``encode_for_client`` gives."""
+    port, ``preparedTransactionOffset`` 0; a record with ``CLIENT_UNIQ_KEY`` gets its property
+    string as ``shown_properties`` gives it (and its sizes changed to match), or, if that is
+    None, the whole page answers None (encode it message by message). The reference of the
+    native ``client_records`` (``rocks_timer/_native/client_records.c``); byte for byte what
+    ``encode_for_client`` gives for the records rtimer writes."""
     rows = memoryview(index).cast("B").cast("q")
     if len(host) != 4:
         raise ValueError(f"host must be 4 bytes, not {len(host)}")
@@ -108,15 +151,30 @@ def client_records_py(blob: bytes, index, host: bytes, port: int) -> bytes:
         raise ValueError(f"port {port} is outside 0..65535")
     if len(rows) % _ROW:
         raise ValueError(f"the index holds {len(rows)} int64, not whole rows of {_ROW}")
+    for k in range(0, len(rows), _ROW):
+        at, size, body_at, body_len = rows[k + 1], rows[k + 2], rows[k + 3], rows[k + 4]
+        props_at, props_len = rows[k + 7], rows[k + 8]
+        if (size < 91 or at < 0 or at + size > len(blob) or body_at < at + 88
+                or body_len < 0 or body_at + body_len > at + size
+                or props_at < body_at + body_len + 3 or props_len < 0
+                or props_at + props_len != at + size):
+            raise ValueError(f"index row {k // _ROW} does not fit the buffer")
     out = bytearray()
     born, store = _HOST_PORT.pack(host, 0), _HOST_PORT.pack(host, port)
     for k in range(0, len(rows), _ROW):
         at, size, body_at, body_len = rows[k + 1], rows[k + 2], rows[k + 3], rows[k + 4]
-        if (size < 91 or at < 0 or at + size > len(blob) or body_at < at + 88
-                or body_len < 0 or body_at + body_len > at + size):
-            raise ValueError(f"index row {k // _ROW} does not fit the buffer")
+        props_at, props_len = rows[k + 7], rows[k + 8]
+        props = blob[props_at:props_at + props_len]
+        shown = shown_properties(props)
+        if shown is None:
+            return None
         start = len(out)
-        out += blob[at:at + size]
+        if shown is props:
+            out += blob[at:at + size]
+        else:
+            out += blob[at:props_at - 2]
+            out += _PROPS_LEN.pack(len(shown)) + shown
+            _U32.pack_into(out, start, len(out) - start)
         _U32.pack_into(out, start + 8, zlib.crc32(blob[body_at:body_at + body_len]) & 0x7FFFFFFF)
         out[start + 36:start + 40] = bytes(4)
         out[start + 48:start + 56] = born
@@ -131,18 +189,19 @@ except ImportError:  # pragma: no cover - no C compiler at install time
     _native_client_records = None
 
 client_records = _native_client_records or client_records_py
-_RENAMED = CLIENT_UNIQ_KEY.encode() + b"\x01"
 
 
 def encode_page_for_client(batch, host: bytes, port: int) -> bytes:
     """A pulled page (``Broker.pull_batch``) in the V1 layout, as ``encode_for_client`` of each
-    message gives it: whole records copied (``client_records``), unless a record may carry
-    ``CLIENT_UNIQ_KEY`` (its properties change), then message by message."""
+    message gives it: whole records copied (``client_records``; a ``CLIENT_UNIQ_KEY``, which
+    the Java client's 56-digit ids leave on every message of a host it names by IPv6, renamed
+    on the bytes), else, when ``client_records`` declines the page, message by message."""
     blob, index = batch.records()
-    if _RENAMED in blob:
+    shown = client_records(blob, index, host, port)
+    if shown is None:
         return b"".join([encode_for_client(batch.message(i), host, port)
                          for i in range(len(batch))])
-    return client_records(blob, index, host, port)
+    return shown
 
 
 def uncompress(body: bytes, sys_flag: int, limit: int) -> bytes:

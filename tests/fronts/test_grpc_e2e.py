@@ -68,7 +68,9 @@ def test_send_receive_ack_keeps_tag_keys_and_properties(broker, producer, clean_
     receipt = producer.send(message("E2eNormal", b"order 42", tag="created", keys="k42",
                                     properties={"region": "eu", "amount": "12.50"}))
     assert receipt.recall_handle is None
-    consumer = simple_consumer(broker, "GroupNormal", "E2eNormal")
+    # a 1 s long poll: the empty one at the end checks the ack, and the message would come
+    # back only after its 10 s invisible time, whether the poll waits 1 s or 5
+    consumer = simple_consumer(broker, "GroupNormal", "E2eNormal", await_s=1)
     try:
         [got] = receive_until(consumer, 1, 10, 10)
         assert got.message_id == receipt.message_id
@@ -137,14 +139,15 @@ def test_unacked_message_comes_back_with_attempt_2(broker, producer, clean_log):
 @NATIVE_ONLY
 def test_change_invisible_duration_then_ack(broker, producer, clean_log):
     producer.send(message("E2eInvisible", b"slow work"))
-    consumer = simple_consumer(broker, "GroupInvisible", "E2eInvisible", await_s=3)
+    consumer = simple_consumer(broker, "GroupInvisible", "E2eInvisible", await_s=4)
     try:
         [got] = receive_until(consumer, 1, 2, 10, ack=False)
         old_handle = got.receipt_handle
         consumer.change_invisible_duration(got, 30)
         assert got.receipt_handle != old_handle
         consumer.ack(got)
-        # past the first invisible time nothing comes back: the record moved, then was acked
+        # past the first invisible time (2 s) nothing comes back: the record moved, then was
+        # acked (one long poll of 4 s; with 3 s polls the 3.5 s wait took two, 6 s)
         assert receive_until(consumer, 1, 10, 3.5) == []
         with pytest.raises(BadRequestException):
             consumer.ack(got)  # a second ack of the same handle: the record is gone

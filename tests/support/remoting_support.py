@@ -324,16 +324,8 @@ class NameServer:
 
     def route(self, topic: str) -> dict | None:
         """GET_ROUTEINFO_BY_TOPIC as a client asks it (None: TOPIC_NOT_EXIST)."""
-        from rocks_timer.remoting.command import RemotingCommand, decode, frame_size
-        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as sock:
-            sock.sendall(RemotingCommand(105, opaque=1, ext={"topic": topic}).encode())
-            head = _exactly(sock, 8)
-            total, _ = frame_size(head)
-            reply = decode(int.from_bytes(head[4:], "big"), _exactly(sock, total - 4))
-        if reply.code != 0:
-            return None
-        # the NameServer writes fastjson: map keys may be bare numbers ({0:"host:port"})
-        return json.loads(re.sub(rb'([{,])(\d+):', rb'\1"\2":', reply.body))
+        from bench.rocketmq.cluster import namesrv_route
+        return namesrv_route(self.address, topic)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -345,12 +337,3 @@ class NameServer:
                 self.proc.wait()
         self.log.close()
 
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        if not chunk:
-            raise ConnectionError("closed")
-        out += chunk
-    return out

@@ -121,9 +121,11 @@ def test_stale_socket_after_kill_9_is_ignored_and_replaced(data):
 
 
 def test_locked_without_socket_names_the_holder(data):
+    # the holder never lets go, so the default --lock-wait (5 s) would only delay the same
+    # error; the wait itself is tested in test_cli_edges.py (a command waits for the data dir)
     with Broker.open(data, BrokerConfig()):
-        done = rtimer(data, "scan", check=None)
-    assert_one_line_error(done, f"in use by pid {os.getpid()}")
+        done = rtimer(data, "--lock-wait", "0.2", "scan", check=None)
+    assert_one_line_error(done, f"in use by pid {os.getpid()}", "waited 0.2 s")
     assert "RocksDB" not in done.stderr and "LOCK" not in done.stderr
 
 
