@@ -2,7 +2,7 @@
 valgrind's callgrind: executed instructions do not depend on what else the machine runs, so a
 change of a few per cent shows here where a timing on a busy 2-vCPU machine cannot show it.
 
-    python -m bench.remoting_instructions [--sends 2000] [--timer]
+    python -m bench.remoting_instructions [--sends 2000] [--timer] [--client-id-digits 56]
 
 A child process opens a fresh broker under a manual clock (no timer work in the background),
 builds ``--sends`` request frames as the Java 4.9.8 client writes them (``bench.remoting_latency``'s
@@ -66,11 +66,19 @@ class Transport:
         raise RuntimeError("the connection closed: a frame did not parse")
 
 
-def child(n: int, timer: bool = False) -> None:
+def client_id(i: int, digits: int) -> str:
+    """The ``i``-th client message id: 32 hex digits (a client host with a private IPv4
+    address), or 56 as the Java client makes them on a host with only an IPv6 one (the
+    benchmark machine's: the front then stores under an id derived from it)."""
+    if digits == 56:
+        return f"FD000000000000000000000000000002{0x1A2B:04X}{0x5F2A18B4:08X}{i:012X}"
+    return f"0A000001000000000000{i:012X}"
+
+
+def child(n: int, timer: bool = False, digits: int = 32) -> None:
     """Run ``n`` sends inside ``functools.reduce`` (what callgrind counts)."""
     due = T0 + 60_000 if timer else None
-    frames = [send_request(i, "BenchInstructions", bytes(256), f"0A000001000000000000{i:012X}",
-                           due)
+    frames = [send_request(i, "BenchInstructions", bytes(256), client_id(i, digits), due)
               for i in range(1, WARM + n + 1)]
     with scratch_dir(prefix="remoting-ir-") as d:
         broker = Broker.open(d / "b", BrokerConfig(), clock=ManualClock(T0))
@@ -99,7 +107,7 @@ def child(n: int, timer: bool = False) -> None:
     print(n)
 
 
-def count(n: int, timer: bool) -> int:
+def count(n: int, timer: bool, digits: int = 32) -> int:
     """Instructions the child's sending thread executed inside ``reduce`` (both reduces: the
     warm-up's are subtracted by running twice, with ``n`` and ``2 n``)."""
     valgrind = shutil.which("valgrind")
@@ -111,7 +119,7 @@ def count(n: int, timer: bool) -> int:
                         "--separate-threads=yes", "--toggle-collect=functools_reduce",
                         f"--callgrind-out-file={out}", sys.executable, "-m",
                         "bench.remoting_instructions", "--child", str(n),
-                        *(["--timer"] if timer else [])],
+                        "--client-id-digits", str(digits), *(["--timer"] if timer else [])],
                        cwd=ROOT, check=True, capture_output=True, text=True,
                        env={**os.environ, "PYTHONHASHSEED": "0"})  # same dict probes
         main_thread = Path(f"{out}-01")
@@ -126,19 +134,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sends", type=int, default=2_000, help="sends counted")
     parser.add_argument("--timer", action="store_true",
                         help="timer messages (TIMER_DELIVER_MS a minute ahead)")
+    parser.add_argument("--client-id-digits", type=int, choices=[32, 56], default=32,
+                        help="the client's UNIQ_KEY: 32 hex digits (default, as before) or 56, "
+                             "as the Java client makes them on this machine")
     parser.add_argument("--results-dir", type=Path, default=None)
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        child(args.child, args.timer)
+        child(args.child, args.timer, args.client_id_digits)
         return 0
-    once, twice = count(args.sends, args.timer), count(2 * args.sends, args.timer)
+    once = count(args.sends, args.timer, args.client_id_digits)
+    twice = count(2 * args.sends, args.timer, args.client_id_digits)
     per_send = round((twice - once) / args.sends)
     kind = "timer" if args.timer else "plain"
-    result = {"sends": args.sends, "messages": kind, "instructions_per_send": per_send,
+    result = {"sends": args.sends, "messages": kind, "client_id_digits": args.client_id_digits,
+              "instructions_per_send": per_send,
               "path": "Connection.data_received with one SEND_MESSAGE_V2 of 256 B as the "
                       "Java 4.9.8 client writes it (split, answer, encode, write)"}
-    name = "remoting-instructions" + ("-timer" if args.timer else "")
+    name = "remoting-instructions" + ("-timer" if args.timer else "") + \
+        ("-id56" if args.client_id_digits == 56 else "")
     path = write_result(name, result, args.results_dir or RESULTS)
     print(f"remoting front, one SEND_MESSAGE_V2 ({kind} messages): {per_send:,} instructions "
           f"per send (callgrind, {args.sends} and {2 * args.sends} sends)")
