@@ -271,6 +271,11 @@ class Broker(KeyedOperations):
         now_ms, config = self.clock.now_ms(), self.config
         if type(messages) is not list:
             messages = list(messages)
+        if len(messages) == 1 and not schedule:  # a front's single send: what ``send`` does
+            routes = [route(messages[0], now_ms=now_ms, config=config)]
+            if routes[0].kind == "timer":
+                return self._schedule_routed(routes, now_ms)
+            return self._put_routed(routes, now_ms)
         unnamed = sum([getattr(m, "msg_id", None) is None for m in messages])
         ids = msg_id_supplier(unnamed) if unnamed > 1 else None
         routes = route_batch(messages, now_ms=now_ms, config=config, new_id=ids, **schedule)
