@@ -68,7 +68,11 @@ class Rtimer:
                  "--grpc-listen", "127.0.0.1:0", "--remoting-listen", "127.0.0.1:0",
                  "--grpc-server", grpc_server],
                 stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(home)))
+                env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(home)),
+                # placed as RocketMQCluster places the real broker: a session of its own, so
+                # the kernel's autogroup schedules it apart from the client JVM (DECISIONS
+                # "Both brokers placed alike")
+                start_new_session=True)
         self.grpc_port = self.remoting_port = 0
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline and self.proc.poll() is None:

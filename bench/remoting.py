@@ -89,7 +89,8 @@ def rtimer_side(data: Path, messages: int, body: int, log_root: Path) -> dict:
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "--data-dir", str(data), "run", "--grpc-listen", "off",
          "--remoting-listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        start_new_session=True)  # placed as the real broker is (bench.fronts' Rtimer)
     try:
         port = None
         for line in proc.stdout:

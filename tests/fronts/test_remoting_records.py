@@ -155,7 +155,7 @@ def decoded_properties(data: bytes) -> list[dict[str, str]]:
     return out
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.dictionaries(text.map("u-".__add__), text, max_size=4), st.booleans(),
                           st.sampled_from(["", "k", " a  b ", "a b", "  "]),
                           st.text("0123456789ABCDEFabcdef", min_size=1, max_size=64)),
