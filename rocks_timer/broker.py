@@ -334,6 +334,18 @@ class Broker(KeyedOperations):
     def _put_routed(self, routes: list, now_ms: int) -> list[SendResult]:
         """Messages stored at once or on a delay level (validated and routed): one group
         commit of the CommitLog."""
+        if len(routes) == 1:  # a single send: its one result without the group's loop
+            r = routes[0]
+            kind, message = r.kind, r.message
+            if kind == "level" and self.levels is None:
+                raise EngineNotAvailableError("delay levels are not available in this build")
+            put = self.messages.put_message(message)
+            due = put.store_ms + (r.due_ms - now_ms) if kind == "level" else put.store_ms
+            props = message.properties
+            result = SendResult(put.msg_id, None, due, props.get("REAL_TOPIC", message.topic),
+                                int(props.get("REAL_QID", put.queue_id)), kind)
+            self.sent[kind] += 1
+            return [result]
         if self.levels is None and any(r.kind == "level" for r in routes):
             raise EngineNotAvailableError("delay levels are not available in this build")
         results = []

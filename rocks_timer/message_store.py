@@ -247,6 +247,8 @@ class MessageStore:
     def _append(self, messages: list[Message]) -> PutResults:
         """Encode and write one group, one write per segment it touches; queue offsets advance
         and ConsumeQueues grow only once every write succeeded."""
+        if len(messages) == 1:
+            return self._append_one(messages)
         store_ms = self.clock.now_ms()
         levels = self._levels
 
@@ -278,6 +280,39 @@ class MessageStore:
         self.groups_written += 1
         self.messages_written += len(messages)
         return PutResults(messages, meta, store_ms)
+
+    def _append_one(self, messages: list[Message]) -> PutResults:
+        """``_append`` of a group of one message (a front's single send, a marker): the same
+        encode, writes, offsets, counts and listeners, without the loops over segments, batches
+        and queues a group of many needs (one record lies in one segment and one queue)."""
+        store_ms = self.clock.now_ms()
+        levels, commitlog, msg = self._levels, self.commitlog, messages[0]
+
+        def schedule_tags(msg: Message) -> int:  # a level message's tags code: its deliver time
+            return tags_code(msg.topic, msg.properties, store_ms, levels)
+
+        assigned: dict[tuple[str, int], int] = {}
+        start = commitlog.position_for(record_size_of(msg))
+        batch = encode_batch(messages, 0, start, commitlog.segment_limit(), store_ms, assigned,
+                             self._queue_offset, schedule_tags)
+        if batch.count == 0:
+            raise ValueError(f"a record of {record_size_of(msg)} bytes does "
+                             f"not fit in a CommitLog segment of {commitlog.segment_size}")
+        commitlog.write(start, batch.data, store_ms)
+        self._next_queue_offset.update(assigned)
+        run = batch.queues[0]
+        topic, queue_id = run.key
+        self.queues.get_or_create(topic, queue_id).append_packed(run.entries,
+                                                                 run.first_queue_offset)
+        self._bytes_by_topic[topic] += run.record_bytes
+        listeners = self.arrival_listeners
+        if listeners:
+            topics = {topic}
+            for listener in listeners:
+                listener(topics)
+        self.groups_written += 1
+        self.messages_written += 1
+        return PutResults(messages, batch.meta, store_ms)
 
     def _queue_offset(self, key: tuple[str, int]) -> int:
         """The next offset of a queue the current group has not touched yet."""

@@ -212,3 +212,39 @@ def test_a_failed_write_fails_its_puts_and_the_store_goes_on(tmp_path, clock, sm
     assert store.put_message(Message("t", b"kept")).queue_offset == 0  # nothing was assigned
     assert [m.body for m in store.pull("t", 0, 0, 10)] == [b"kept"]
     store.close()
+
+
+def test_a_message_put_alone_is_stored_as_in_a_group(tmp_path, clock, small_config):
+    """A group of one takes its own path (``_append_one``): the same records, byte for byte,
+    the same ConsumeQueue entries, results, counts and arrivals as the same messages written
+    in groups of many, across segment rolls and several queues."""
+    messages = [Message(f"t{i % 3}", bytes([i % 251]) * (20_000 + 400 * i),
+                        tags=None if i % 4 else f"Tag{i}", keys=f"k{i}", msg_id=f"{i:032X}",
+                        queue_id=i % 2) for i in range(90)]  # ~3.4 MB: four 1 MiB segments
+    alone, grouped = (open_store(tmp_path / name, clock, small_config)
+                      for name in ("alone", "grouped"))
+    arrivals: dict[str, list] = {"alone": [], "grouped": []}
+    alone.arrival_listeners.append(arrivals["alone"].append)
+    grouped.arrival_listeners.append(arrivals["grouped"].append)
+    one_by_one = [alone.put_message(m) for m in messages]
+    in_groups = [r for at in range(0, len(messages), 7)
+                 for r in grouped.put_messages(messages[at:at + 7])]
+    assert one_by_one == in_groups
+    assert len(alone.commitlog.segments()) >= 4
+    for r in one_by_one:
+        assert alone.commitlog.read(r.commitlog_offset, r.size) == \
+            grouped.commitlog.read(r.commitlog_offset, r.size)
+    for topic in ("t0", "t1", "t2"):
+        for queue_id in (0, 1):
+            a, g = alone.consume_queue(topic, queue_id), grouped.consume_queue(topic, queue_id)
+            assert a.max_offset == g.max_offset == 15
+            assert [a.get(i) for i in range(15)] == [g.get(i) for i in range(15)]
+    assert alone.messages_written == grouped.messages_written == 90
+    assert alone.groups_written == 90
+    assert [t for topics in arrivals["alone"] for t in sorted(topics)] == \
+        [m.topic for m in messages]
+    assert set().union(*arrivals["alone"]) == set().union(*arrivals["grouped"])
+    assert [m.body for m in alone.pull("t1", 1, 0, 20)] == \
+        [m.body for m in grouped.pull("t1", 1, 0, 20)]
+    alone.close()
+    grouped.close()
