@@ -285,19 +285,20 @@ class CommitLog:
 
     def write(self, position: int, data: bytes, store_ms: int) -> None:
         """Write bytes at ``position`` (the tail of the newest segment, from ``position_for``)."""
-        tail = self._segments[-1]
-        if position != tail.end or tail.written + len(data) > self.segment_size:
+        tail, size = self._segments[-1], len(data)
+        written = tail.written
+        if position != tail.start + written or written + size > self.segment_size:
             raise ValueError(f"commitlog write at {position} does not continue {tail.end}")
         try:
-            pwrite_all(tail.fd, data, tail.written)
+            pwrite_all(tail.fd, data, written)
             if self.sync_flush:
                 os.fdatasync(tail.fd)
         except OSError:
-            os.ftruncate(tail.fd, tail.written)
+            os.ftruncate(tail.fd, written)
             raise
-        tail.written += len(data)
+        tail.written = written + size
         tail.last_store_ms = store_ms
-        self.bytes_written += len(data)
+        self.bytes_written += size
         if self.sync_flush and self._synced == position:
             self._synced = tail.end
 

@@ -139,24 +139,26 @@ class ConsumeQueue:
 
     def append_packed(self, data: bytes, first_queue_offset: int) -> None:
         """``append`` for entries already packed (the writer's hot path)."""
-        if len(data) % ENTRY_SIZE:
-            raise ValueError(f"{len(data)} bytes are not whole {ENTRY_SIZE}-byte entries")
+        size = len(data)
+        if size % ENTRY_SIZE:
+            raise ValueError(f"{size} bytes are not whole {ENTRY_SIZE}-byte entries")
         with self._lock:
             if first_queue_offset != self._max_offset:
                 if self._max_offset != self._min_offset:
                     raise ValueError(f"{self.topic}/{self.queue_id}: append at {first_queue_offset},"
                                      f" expected {self._max_offset}")
                 self._reset_empty(first_queue_offset)
-            position = self._max_offset * ENTRY_SIZE
-            start = position - position % self._file_bytes
-            if position + len(data) <= start + self._file_bytes:  # within one file (most)
-                os.pwrite(self._fd_for(start), data, position - start)
-                self.bytes_written += len(data)
+            position, file_bytes = self._max_offset * ENTRY_SIZE, self._file_bytes
+            start = position - position % file_bytes
+            if position + size <= start + file_bytes:  # within one file (most)
+                fd = self._files.get(start)
+                os.pwrite(self._fd_for(start) if fd is None else fd, data, position - start)
+                self.bytes_written += size
             else:
                 for start, here, chunk in self._chunks(data, position):
                     os.pwrite(self._fd_for(start), chunk, here - start)
                     self.bytes_written += len(chunk)
-            self._max_offset += len(data) // ENTRY_SIZE
+            self._max_offset += size // ENTRY_SIZE
 
     def _chunks(self, data: bytes, position: int):
         """Packed entries split at file boundaries: (file start, absolute position, bytes)."""

@@ -120,8 +120,14 @@ class MessageStore:
         return self._queue(messages, False, self._prepare(messages), durable)
 
     def put_message(self, msg: Message, timeout: float | None = 30.0) -> PutResult:
-        """Store one message and wait for it (see ``put_messages``)."""
-        return self.put_messages([msg], timeout)[0]
+        """Store one message and wait for it (see ``put_messages``, which this does for a
+        group of one)."""
+        messages = [msg]
+        body_bytes = self._prepare(messages)
+        results = self._write_if_idle(messages)
+        if results is None:
+            results = self.wait(self._queue(messages, False, body_bytes), timeout)
+        return results[0]
 
     def put_messages(self, messages: list[Message], timeout: float | None = 30.0
                      ) -> list[PutResult]:

@@ -46,9 +46,10 @@ class PutResults(Sequence):
                 return [self[i] for i in range(start, stop, step)]
             return PutResults(self._messages, self._meta, self._store_ms, self._start + start,
                               self._start + stop)
+        count = self._stop - self._start  # len(self), without the call
         if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
+            index += count
+        if not 0 <= index < count:
             raise IndexError(index)
         i = self._start + index
         queue_offset, position, size, queue_id = META.unpack_from(self._meta, i * META.size)
