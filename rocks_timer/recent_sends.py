@@ -15,6 +15,15 @@ from typing import Awaitable, Callable, Sequence
 from rocks_timer.message import Message
 
 
+def _key(messages: Sequence[Message]) -> tuple:
+    """A send's key, (topic, message id) per message, in order (``send``'s, built without a
+    generator for the one-message send of a client that sends one at a time)."""
+    if len(messages) == 1:
+        msg = messages[0]
+        return ((msg.topic, msg.msg_id),)
+    return tuple((m.topic, m.msg_id) for m in messages)
+
+
 class RecentSends:
     """Deduplicates sends by (topic, message id); used from the event loop's thread only."""
 
@@ -48,7 +57,7 @@ class RecentSends:
     def settled(self, messages: Sequence[Message]) -> bool:
         """False while a first send of these messages is still being stored (a retry must then
         wait for it: ``send``); True otherwise."""
-        known = self._recent.get(tuple((m.topic, m.msg_id) for m in messages))
+        known = self._recent.get(_key(messages))
         return known is None or known.done()
 
     def send_now(self, messages: Sequence[Message],
@@ -56,7 +65,7 @@ class RecentSends:
         """``send`` with a ``store`` that runs at once on this thread, for messages that are
         ``settled``: the same answers (a retry gets its first send's results or error, a new
         send is remembered, a failed one forgotten), with no coroutine and nothing to await."""
-        key = tuple((m.topic, m.msg_id) for m in messages)
+        key = _key(messages)
         known = self._recent.get(key)
         if known is not None:
             self.duplicates += 1
