@@ -115,11 +115,14 @@ def encode_batch_py(messages: list[Message | bytes], first: int, start: int, lim
     return Batch(i - first, bytes(buf), bytes(meta), queues)
 
 
+_new = tuple.__new__  # a NamedTuple from a tuple of its fields, without its Python __new__
+
+
 def encode_batch_native(messages, first, start, limit, store_ms, assigned, lookup,
                          schedule_tags) -> Batch:
     count, data, meta, queues = native.encode_batch(messages, first, start, limit, store_ms,
                                                     assigned, lookup, schedule_tags)
-    return Batch(count, data, meta, [QueueRun(*q) for q in queues])
+    return _new(Batch, (count, data, meta, [_new(QueueRun, q) for q in queues]))
 
 
 if native is None:  # pragma: no cover - no C compiler at install time

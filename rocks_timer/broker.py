@@ -342,8 +342,9 @@ class Broker(KeyedOperations):
             put = self.messages.put_message(message)
             due = put.store_ms + (r.due_ms - now_ms) if kind == "level" else put.store_ms
             props = message.properties
-            result = SendResult(put.msg_id, None, due, props.get("REAL_TOPIC", message.topic),
-                                int(props.get("REAL_QID", put.queue_id)), kind)
+            result = _new_send_result((put.msg_id, None, due,
+                                       props.get("REAL_TOPIC", message.topic),
+                                       int(props.get("REAL_QID", put.queue_id)), kind))
             self.sent[kind] += 1
             return [result]
         if self.levels is None and any(r.kind == "level" for r in routes):

@@ -21,6 +21,9 @@ class PutResult(NamedTuple):
     store_ms: int
 
 
+_new = tuple.__new__
+
+
 class PutResults(Sequence):
     """The results of one batch put, built on access from the writer's packed per-message
     metadata: a group writes many messages, and most callers read only a few results (or just
@@ -55,7 +58,8 @@ class PutResults(Sequence):
         queue_offset, position, size, queue_id = META.unpack_from(self._meta, i * META.size)
         msg = self._messages[i]
         msg_id, topic = prepared_identity(msg) if type(msg) is bytes else (msg.msg_id, msg.topic)
-        return PutResult(msg_id, topic, queue_id, queue_offset, position, size, self._store_ms)
+        return _new(PutResult,  # PutResult(...) without its Python __new__
+                    (msg_id, topic, queue_id, queue_offset, position, size, self._store_ms))
 
     def __iter__(self):
         """The results in order (``Sequence``'s own iteration indexes until an IndexError)."""
