@@ -34,22 +34,16 @@ class RecentSends:
 
     async def send(self, messages: Sequence[Message],
                    store: Callable[[Sequence[Message]], Awaitable[list]]) -> list:
-        key = tuple((m.topic, m.msg_id) for m in messages)
+        key = _key(messages)
         known = self._recent.get(key)
         if known is not None:
             self.duplicates += 1
             return await asyncio.shield(known)
-        future = asyncio.get_running_loop().create_future()
-        self._recent[key] = future
-        while len(self._recent) > self.capacity:
-            self._recent.popitem(last=False)
+        future = self._remember(key)
         try:
             results = await store(messages)
         except BaseException as exc:
-            if self._recent.get(key) is future:
-                del self._recent[key]
-            future.set_exception(exc)
-            future.exception()  # retrieved: waiters re-raise it, nobody else must
+            self._forget(key, future, exc)
             raise
         future.set_result(results)
         return results
@@ -70,20 +64,31 @@ class RecentSends:
         if known is not None:
             self.duplicates += 1
             return known.result()  # done (``settled``): its results, or its error raised
+        future = self._remember(key)
+        try:
+            results = store(messages)
+        except BaseException as exc:
+            self._forget(key, future, exc)
+            raise
+        future.set_result(results)
+        return results
+
+    def _remember(self, key: tuple) -> asyncio.Future:
+        """A new send under ``key``: its future, remembered (the oldest past ``capacity``
+        forgotten)."""
         future = asyncio.get_running_loop().create_future()
         self._recent[key] = future
         while len(self._recent) > self.capacity:
             self._recent.popitem(last=False)
-        try:
-            results = store(messages)
-        except BaseException as exc:
-            if self._recent.get(key) is future:
-                del self._recent[key]
-            future.set_exception(exc)
-            future.exception()  # retrieved: waiters re-raise it, nobody else must
-            raise
-        future.set_result(results)
-        return results
+        return future
+
+    def _forget(self, key: tuple, future: asyncio.Future, exc: BaseException) -> None:
+        """A send under ``key`` failed with ``exc``: a retry is tried again, and the retries
+        already waiting on ``future`` get ``exc``."""
+        if self._recent.get(key) is future:
+            del self._recent[key]
+        future.set_exception(exc)
+        future.exception()  # retrieved: waiters re-raise it, nobody else must
 
     async def send_many(self, groups: Sequence[Sequence[Message]],
                         store: Callable[[Sequence[Message]], Awaitable[list]]) -> list:
@@ -93,30 +98,22 @@ class RecentSends:
         earlier in ``groups``) waits for its first send. Returns one entry per group: its
         results, or the exception its first send failed with. If ``store`` raises, every new
         group is forgotten (a retry is tried again) and the exception propagates."""
-        loop = asyncio.get_running_loop()
         outcome: list = [None] * len(groups)
         fresh, waiting = [], []
         for i, messages in enumerate(groups):
-            key = tuple((m.topic, m.msg_id) for m in messages)
+            key = _key(messages)
             known = self._recent.get(key)
             if known is not None:
                 self.duplicates += 1
                 waiting.append((i, known))
                 continue
-            future = loop.create_future()
-            self._recent[key] = future
-            fresh.append((i, key, future, len(messages)))
-        while len(self._recent) > self.capacity:
-            self._recent.popitem(last=False)
+            fresh.append((i, key, self._remember(key), len(messages)))
         if fresh:
             try:
                 results = await store([m for i, _, _, _ in fresh for m in groups[i]])
             except BaseException as exc:
                 for _, key, future, _ in fresh:
-                    if self._recent.get(key) is future:
-                        del self._recent[key]
-                    future.set_exception(exc)
-                    future.exception()  # retrieved: waiters re-raise it, nobody else must
+                    self._forget(key, future, exc)
                 raise
             at = 0
             for i, _, future, count in fresh:
