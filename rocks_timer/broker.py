@@ -258,11 +258,9 @@ class Broker(KeyedOperations):
         """Store one message at once, on a delay level or in the timer engine (ARCHITECTURE §3)."""
         self._check_open()
         now_ms = self.clock.now_ms()
-        routed = [route(message, now_ms=now_ms, config=self.config, delay_level=delay_level,
-                        delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, deliver_at=deliver_at)]
-        if routed[0].kind == "timer":
-            return self._schedule_routed(routed, now_ms)[0]
-        return self._put_routed(routed, now_ms)[0]
+        return self._send_routed(route(
+            message, now_ms=now_ms, config=self.config, delay_level=delay_level,
+            delay_ms=delay_ms, deliver_at_ms=deliver_at_ms, deliver_at=deliver_at), now_ms)[0]
 
     def send_batch(self, messages: Sequence[Message], **schedule: Any) -> list[SendResult]:
         """Validate every message first (nothing is stored if one is bad), then store: timer
@@ -272,10 +270,7 @@ class Broker(KeyedOperations):
         if type(messages) is not list:
             messages = list(messages)
         if len(messages) == 1 and not schedule:  # a front's single send: what ``send`` does
-            routes = [route(messages[0], now_ms=now_ms, config=config)]
-            if routes[0].kind == "timer":
-                return self._schedule_routed(routes, now_ms)
-            return self._put_routed(routes, now_ms)
+            return self._send_routed(route(messages[0], now_ms=now_ms, config=config), now_ms)
         unnamed = sum([getattr(m, "msg_id", None) is None for m in messages])
         ids = msg_id_supplier(unnamed) if unnamed > 1 else None
         routes = route_batch(messages, now_ms=now_ms, config=config, new_id=ids, **schedule)
@@ -288,6 +283,12 @@ class Broker(KeyedOperations):
         stored = iter(self._schedule_routed(timers, now_ms) if timers else ())
         put = iter(self._put_routed(direct, now_ms))
         return [next(stored) if r.kind == "timer" else next(put) for r in routes]
+
+    def _send_routed(self, routed, now_ms: int) -> list[SendResult]:
+        """One message (validated and routed) stored where its route says: its one result."""
+        if routed.kind == "timer":
+            return self._schedule_routed([routed], now_ms)
+        return self._put_routed([routed], now_ms)
 
     def _schedule_routed(self, routes: list, now_ms: int) -> list[SendResult]:
         """Timer messages (validated and routed) into the timer engine, in one batch."""
@@ -334,29 +335,22 @@ class Broker(KeyedOperations):
     def _put_routed(self, routes: list, now_ms: int) -> list[SendResult]:
         """Messages stored at once or on a delay level (validated and routed): one group
         commit of the CommitLog."""
-        if len(routes) == 1:  # a single send: its one result without the group's loop
-            r = routes[0]
-            kind, message = r.kind, r.message
-            if kind == "level" and self.levels is None:
-                raise EngineNotAvailableError("delay levels are not available in this build")
-            put = self.messages.put_message(message)
-            due = put.store_ms + (r.due_ms - now_ms) if kind == "level" else put.store_ms
-            props = message.properties
-            result = _new_send_result((put.msg_id, None, due,
-                                       props.get("REAL_TOPIC", message.topic),
-                                       int(props.get("REAL_QID", put.queue_id)), kind))
-            self.sent[kind] += 1
-            return [result]
         if self.levels is None and any(r.kind == "level" for r in routes):
             raise EngineNotAvailableError("delay levels are not available in this build")
-        results = []
-        for r, put in zip(routes, self.messages.put_messages([r.message for r in routes])):
-            due = put.store_ms + (r.due_ms - now_ms) if r.kind == "level" else put.store_ms
-            topic = r.message.properties.get("REAL_TOPIC", r.message.topic)
-            queue_id = int(r.message.properties.get("REAL_QID", put.queue_id))
-            results.append(SendResult(put.msg_id, None, due, topic, queue_id, r.kind))
-            self.sent[r.kind] += 1
-        return results
+        if len(routes) == 1:  # a single send: no list of messages, no zip over the results
+            return [self._put_result(routes[0], self.messages.put_message(routes[0].message),
+                                     now_ms)]
+        return [self._put_result(r, put, now_ms) for r, put in
+                zip(routes, self.messages.put_messages([r.message for r in routes]))]
+
+    def _put_result(self, r, put, now_ms: int) -> SendResult:
+        """The send result of route ``r`` stored as ``put`` (counted in ``sent``)."""
+        kind, props = r.kind, r.message.properties
+        due = put.store_ms + (r.due_ms - now_ms) if kind == "level" else put.store_ms
+        self.sent[kind] += 1
+        return _new_send_result((put.msg_id, None, due,
+                                 props.get("REAL_TOPIC", r.message.topic),
+                                 int(props.get("REAL_QID", put.queue_id)), kind))
 
     # -- timer queries ------------------------------------------------------------------------
     def scan(self, from_ms: int | None = None, to_ms: int | None = None, topic: str | None = None,

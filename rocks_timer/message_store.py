@@ -120,21 +120,18 @@ class MessageStore:
         return self._queue(messages, False, self._prepare(messages), durable)
 
     def put_message(self, msg: Message, timeout: float | None = 30.0) -> PutResult:
-        """Store one message and wait for it (see ``put_messages``, which this does for a
-        group of one)."""
-        messages = [msg]
-        body_bytes = self._prepare(messages)
-        results = self._write_if_idle(messages)
-        if results is None:
-            results = self.wait(self._queue(messages, False, body_bytes), timeout)
-        return results[0]
+        """Store one message and wait for it (see ``put_messages``)."""
+        return self._put([msg], timeout)[0]
 
     def put_messages(self, messages: list[Message], timeout: float | None = 30.0
                      ) -> list[PutResult]:
         """Store messages as one group and wait for them. When nothing is queued for the writer
         thread and no group is being written, the caller writes its group itself: the same
         write, without the two thread wake-ups of a hand-off (their cost: docs/BENCHMARKS.md)."""
-        messages = list(messages)
+        return self._put(list(messages), timeout)
+
+    def _put(self, messages: list[Message], timeout: float | None) -> list[PutResult]:
+        """``put_messages`` of a list this store may keep (a copy, or one made for the call)."""
         body_bytes = self._prepare(messages)
         results = self._write_if_idle(messages)
         if results is None:
@@ -253,8 +250,6 @@ class MessageStore:
     def _append(self, messages: list[Message]) -> PutResults:
         """Encode and write one group, one write per segment it touches; queue offsets advance
         and ConsumeQueues grow only once every write succeeded."""
-        if len(messages) == 1:
-            return self._append_one(messages)
         store_ms = self.clock.now_ms()
         levels = self._levels
 
@@ -286,39 +281,6 @@ class MessageStore:
         self.groups_written += 1
         self.messages_written += len(messages)
         return PutResults(messages, meta, store_ms)
-
-    def _append_one(self, messages: list[Message]) -> PutResults:
-        """``_append`` of a group of one message (a front's single send, a marker): the same
-        encode, writes, offsets, counts and listeners, without the loops over segments, batches
-        and queues a group of many needs (one record lies in one segment and one queue)."""
-        store_ms = self.clock.now_ms()
-        levels, commitlog, msg = self._levels, self.commitlog, messages[0]
-
-        def schedule_tags(msg: Message) -> int:  # a level message's tags code: its deliver time
-            return tags_code(msg.topic, msg.properties, store_ms, levels)
-
-        assigned: dict[tuple[str, int], int] = {}
-        start = commitlog.position_for(record_size_of(msg))
-        batch = encode_batch(messages, 0, start, commitlog.segment_limit(), store_ms, assigned,
-                             self._queue_offset, schedule_tags)
-        if batch.count == 0:
-            raise ValueError(f"a record of {record_size_of(msg)} bytes does "
-                             f"not fit in a CommitLog segment of {commitlog.segment_size}")
-        commitlog.write(start, batch.data, store_ms)
-        self._next_queue_offset.update(assigned)
-        run = batch.queues[0]
-        topic, queue_id = run.key
-        self.queues.get_or_create(topic, queue_id).append_packed(run.entries,
-                                                                 run.first_queue_offset)
-        self._bytes_by_topic[topic] += run.record_bytes
-        listeners = self.arrival_listeners
-        if listeners:
-            topics = {topic}
-            for listener in listeners:
-                listener(topics)
-        self.groups_written += 1
-        self.messages_written += 1
-        return PutResults(messages, batch.meta, store_ms)
 
     def _queue_offset(self, key: tuple[str, int]) -> int:
         """The next offset of a queue the current group has not touched yet."""

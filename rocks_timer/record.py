@@ -48,9 +48,8 @@ def record_size(body_len: int, topic_len: int, props_len: int) -> int:
 
 def message_record_size(msg: Message) -> int:
     """Size of the record ``msg`` becomes in the CommitLog."""
-    # record_size's sum, written out: this runs once per message stored
-    return FIXED_SIZE - 1 + len(msg.body) + len(_topic_prefix(msg.topic)) + \
-        len(msg.encoded_properties)
+    return record_size(len(msg.body), len(_topic_prefix(msg.topic)) - 1,
+                       len(msg.encoded_properties))
 
 
 _LEAD = struct.Struct(">iII")  # size, magic, crc

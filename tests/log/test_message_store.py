@@ -215,9 +215,9 @@ def test_a_failed_write_fails_its_puts_and_the_store_goes_on(tmp_path, clock, sm
 
 
 def test_a_message_put_alone_is_stored_as_in_a_group(tmp_path, clock, small_config):
-    """A group of one takes its own path (``_append_one``): the same records, byte for byte,
-    the same ConsumeQueue entries, results, counts and arrivals as the same messages written
-    in groups of many, across segment rolls and several queues."""
+    """Messages put alone (``put_message``) are stored as the same messages written in groups
+    of many: the same records, byte for byte, the same ConsumeQueue entries, results, counts
+    and arrivals, across segment rolls and several queues."""
     messages = [Message(f"t{i % 3}", bytes([i % 251]) * (20_000 + 400 * i),
                         tags=None if i % 4 else f"Tag{i}", keys=f"k{i}", msg_id=f"{i:032X}",
                         queue_id=i % 2) for i in range(90)]  # ~3.4 MB: four 1 MiB segments
