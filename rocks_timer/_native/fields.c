@@ -64,28 +64,7 @@ int32_t java_hash(PyObject *text) {
  * prepare_batch(messages, max_body, max_properties) -> (body bytes, clean): caches each message's
  * property string (as Message.encoded_properties does) and sums the bodies; ``clean`` is false
  * when a message is over a limit or has no id, for the caller's slower path to handle. */
-typedef struct {
-    char *data; /* ``stack`` until it outgrows it */
-    Py_ssize_t len, cap;
-    char stack[512];
-} buffer_t;
-
-static int buffer_add(buffer_t *b, const char *p, Py_ssize_t n) {
-    if (b->len + n > b->cap) {
-        Py_ssize_t cap = (b->len + n) * 2;
-        char *data = PyMem_Malloc(cap);
-        if (data == NULL) { PyErr_NoMemory(); return -1; }
-        memcpy(data, b->data, b->len);
-        if (b->data != b->stack) PyMem_Free(b->data);
-        b->data = data;
-        b->cap = cap;
-    }
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    return 0;
-}
-
-static int add_text(buffer_t *b, PyObject *text) {
+static int add_text(bytes_t *b, PyObject *text) {
     Py_ssize_t n;
     if (!PyUnicode_Check(text)) {
         PyErr_Format(PyExc_TypeError, "property names and values must be str, not %.50s",
@@ -93,26 +72,24 @@ static int add_text(buffer_t *b, PyObject *text) {
         return -1;
     }
     const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
-    return utf8 == NULL ? -1 : buffer_add(b, utf8, n);
+    return utf8 == NULL ? -1 : bytes_add(b, utf8, n);
 }
 
 PyObject *encode_props(PyObject *mapping) {
     PyObject *items = PyMapping_Items(mapping);
     if (items == NULL) return NULL;
-    buffer_t b;
-    b.data = b.stack;
-    b.len = 0;
-    b.cap = sizeof(b.stack);
+    bytes_t b;
+    bytes_init(&b);
     PyObject *result = NULL;
     for (Py_ssize_t i = 0, n = PyList_GET_SIZE(items); i < n; i++) {
         PyObject *item = PyList_GET_ITEM(items, i);
-        if (add_text(&b, PyTuple_GET_ITEM(item, 0)) < 0 || buffer_add(&b, "\x01", 1) < 0 ||
-            add_text(&b, PyTuple_GET_ITEM(item, 1)) < 0 || buffer_add(&b, "\x02", 1) < 0)
+        if (add_text(&b, PyTuple_GET_ITEM(item, 0)) < 0 || bytes_add(&b, "\x01", 1) < 0 ||
+            add_text(&b, PyTuple_GET_ITEM(item, 1)) < 0 || bytes_add(&b, "\x02", 1) < 0)
             goto done;
     }
-    result = PyBytes_FromStringAndSize(b.data, b.len);
+    result = PyBytes_FromStringAndSize((const char *)b.data, b.len);
 done:
-    if (b.data != b.stack) PyMem_Free(b.data);
+    bytes_free(&b);
     Py_DECREF(items);
     return result;
 }

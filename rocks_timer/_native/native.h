@@ -25,6 +25,50 @@ static inline uint64_t read_be64(const unsigned char *p) {
 #endif
 }
 
+/* A growing byte buffer, on the stack until it outgrows it (bytes_init, then bytes_add; 0 or -1
+ * with MemoryError set; bytes_free after): the property strings (fields.c), the remoting
+ * front's JSON (remoting.c). */
+typedef struct {
+    unsigned char *data;
+    Py_ssize_t len, cap;
+    unsigned char stack[1024];
+} bytes_t;
+
+static inline void bytes_init(bytes_t *b) {
+    b->data = b->stack;
+    b->len = 0;
+    b->cap = sizeof(b->stack);
+}
+
+static inline void bytes_free(bytes_t *b) {
+    if (b->data != b->stack) PyMem_Free(b->data);
+    bytes_init(b);
+}
+
+static inline int bytes_room(bytes_t *b, Py_ssize_t n) {
+    if (b->len + n <= b->cap) return 0;
+    if (n > PY_SSIZE_T_MAX / 4 - b->len) { PyErr_NoMemory(); return -1; }
+    Py_ssize_t cap = (b->len + n) * 2;
+    unsigned char *data = PyMem_Malloc(cap);
+    if (data == NULL) { PyErr_NoMemory(); return -1; }
+    memcpy(data, b->data, b->len);
+    if (b->data != b->stack) PyMem_Free(b->data);
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int bytes_add(bytes_t *b, const void *p, Py_ssize_t n) {
+    if (bytes_room(b, n) < 0) return -1;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static inline int bytes_text(bytes_t *b, const char *text) {
+    return bytes_add(b, text, (Py_ssize_t)strlen(text));
+}
+
 /* Interned attribute names of Message (fields.c). */
 extern PyObject *S_body, *S_topic, *S_queue_id, *S_flag, *S_born_ms, *S_reconsume_times, *S_tags,
     *S_cached_props, *S_props, *S_msg_id, *S_properties, *S_due_ms, *S_message;

@@ -28,48 +28,6 @@
  *     None when a value is not of those types or not encodable (the reference then raises). */
 #include "native.h"
 
-/* -- a growing byte buffer (on the stack until it outgrows it) ------------------------------ */
-typedef struct {
-    unsigned char *data;
-    Py_ssize_t len, cap;
-    unsigned char stack[1024];
-} bytes_t;
-
-static void bytes_init(bytes_t *b) {
-    b->data = b->stack;
-    b->len = 0;
-    b->cap = sizeof(b->stack);
-}
-
-static void bytes_free(bytes_t *b) {
-    if (b->data != b->stack) PyMem_Free(b->data);
-    bytes_init(b);
-}
-
-static int bytes_room(bytes_t *b, Py_ssize_t n) {
-    if (b->len + n <= b->cap) return 0;
-    if (n > PY_SSIZE_T_MAX / 4 - b->len) { PyErr_NoMemory(); return -1; }
-    Py_ssize_t cap = (b->len + n) * 2;
-    unsigned char *data = PyMem_Malloc(cap);
-    if (data == NULL) { PyErr_NoMemory(); return -1; }
-    memcpy(data, b->data, b->len);
-    if (b->data != b->stack) PyMem_Free(b->data);
-    b->data = data;
-    b->cap = cap;
-    return 0;
-}
-
-static int bytes_add(bytes_t *b, const void *p, Py_ssize_t n) {
-    if (bytes_room(b, n) < 0) return -1;
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    return 0;
-}
-
-static int bytes_text(bytes_t *b, const char *text) {
-    return bytes_add(b, text, (Py_ssize_t)strlen(text));
-}
-
 /* -- reading a JSON header ------------------------------------------------------------------ */
 /* What a reading step answers: OK, LEAVE (not this reader's case: the reference decides) or
  * FAIL (a Python exception is set: out of memory). */
