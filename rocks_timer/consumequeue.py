@@ -151,8 +151,7 @@ class ConsumeQueue:
             position, file_bytes = self._max_offset * ENTRY_SIZE, self._file_bytes
             start = position - position % file_bytes
             if position + size <= start + file_bytes:  # within one file (most)
-                fd = self._files.get(start)
-                os.pwrite(self._fd_for(start) if fd is None else fd, data, position - start)
+                os.pwrite(self._fd_for(start), data, position - start)
                 self.bytes_written += size
             else:
                 for start, here, chunk in self._chunks(data, position):

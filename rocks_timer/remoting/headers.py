@@ -2,8 +2,9 @@
 
 ``SEND_MESSAGE_V2`` and ``SEND_BATCH_MESSAGE`` carry the send header under one-letter names
 (``a`` .. ``n``, RocketMQ's ``SendMessageRequestHeaderV2``); ``Header.send`` reads either form
-under the long names (a V2 field by its letter first, without copying the fields). A missing or malformed field is a ``HeaderError``, which the front answers
-with a RocketMQ error code (the connection stays open).
+under the long names (a V2 field by its letter first, without copying the fields). A missing
+or malformed field is a ``HeaderError``, which the front answers with a RocketMQ error code (the
+connection stays open).
 """
 from __future__ import annotations
 
