@@ -106,8 +106,8 @@ def shown_properties(props: bytes) -> bytes | None:
     both parts non-empty, no second ``\\x01``, names unique, KEYS already normalised, at most
     ``MAX_RENAMED_ENTRIES`` entries); anything else answers None and the page is encoded
     message by message. The shown string is shorter than the stored one (a UNIQ_KEY entry is 7
-    bytes shorter than the CLIENT_UNIQ_KEY entry whose value it shows). The reference of the rename in
-    ``rocks_timer/_native/client_records.c``."""
+    bytes shorter than the CLIENT_UNIQ_KEY entry whose value it shows). The reference of the
+    rename in ``rocks_timer/_native/client_records.c``."""
     if not (props.startswith(_CLIENT_ENTRY) or b"\x02" + _CLIENT_ENTRY in props):
         return props
     parts = props.split(b"\x02")
